@@ -1,0 +1,43 @@
+# streamer: two commands on a fresh machine: `make run` and `make test`.
+PY ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+HOST ?= 127.0.0.1
+PORT ?= 8080
+
+.PHONY: run test lint format install codex redis bench bench-quick soak fuzz clean
+
+$(STAMP): pyproject.toml
+	$(PY) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q -e '.[test]'
+	touch $(STAMP)
+
+install: $(STAMP)
+
+## Run the gateway on the embedded scripted model (or UPSTREAM=http://host:port/v1).
+run: $(STAMP)
+	$(BIN)/python -m streamer serve --host $(HOST) --port $(PORT) $(if $(UPSTREAM),--upstream $(UPSTREAM))
+
+## Set up and run the whole test suite.
+test: $(STAMP)
+	$(BIN)/pytest -q
+
+lint: $(STAMP)
+	$(BIN)/ruff check streamer tests bench
+	$(BIN)/ruff format --check streamer tests bench
+
+format: $(STAMP)
+	$(BIN)/ruff check --fix streamer tests bench
+	$(BIN)/ruff format streamer tests bench
+
+## Optional real clients and servers used by some tests (tests skip without them).
+codex:
+	bash scripts/install-codex.sh
+
+redis:
+	command -v redis-server >/dev/null || (apt-get update -qq && apt-get install -y -qq redis-server)
+
+clean:
+	rm -rf $(VENV) .pytest_cache .ruff_cache .hypothesis

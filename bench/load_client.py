@@ -1,0 +1,429 @@
+"""Load client: C concurrent streaming Responses requests, over SSE or WebSocket.
+
+Each request carries a namespace tool (`mcp__bench` with `lookup`) FIRST, so that the load
+backend calls its flat name, and a plain function tool. Per request it measures the time to
+the first body byte, to the first text delta and to the end of the stream; it counts events
+(SSE messages, or WebSocket frames) and bytes, and reads only the last event, where it checks
+that the call came back as `name:"lookup"`, `namespace:"mcp__bench"` with valid arguments.
+With `--expect raw` (the raw relay, which returns Chat chunks) the last event must be
+`[DONE]` and the namespace check is n/a.
+
+Time-window mode (the default): the load runs for `--warmup` seconds, then counters are read
+at t0 and again at t1 = t0 + `--duration`; events/s is what arrived in between, requests and
+latencies are those that ended in between, and in-flight requests are dropped at t1. CPU time
+of `--watch name=pid` process trees is read at t0 and t1 as well. `--requests K` instead runs
+exactly K requests and reports them all. `--procs P` splits the concurrency over P processes.
+
+    python bench/load_client.py --url http://127.0.0.1:8080 -c 16 --duration 3
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import resource
+import subprocess
+import sys
+import time
+from collections import Counter
+from typing import Any
+
+import aiohttp
+import orjson
+import procstat
+from httpwire import install_uvloop
+
+NS, FN = "mcp__bench", "lookup"
+PARAMS = {"type": "object", "properties": {"query": {"type": "string"}}, "required": ["query"]}
+TOOLS = [
+    {
+        "type": "namespace",
+        "name": NS,
+        "description": "Tools of the bench MCP server.",
+        "tools": [
+            {
+                "type": "function",
+                "name": FN,
+                "description": "Look a thing up.",
+                "parameters": PARAMS,
+            }
+        ],
+    },
+    {"type": "function", "name": "echo", "description": "Echo the query.", "parameters": PARAMS},
+]
+MARK = {"responses": b"response.output_text.delta", "raw": b'"content":"tok'}
+SSE_HEADERS = {"Content-Type": "application/json", "Accept": "text/event-stream"}
+TERMINAL = ("response.completed", "response.incomplete", "response.failed", '"type":"error"')
+
+
+def request_body(model: str, ws: bool) -> dict[str, Any]:
+    body: dict[str, Any] = {"model": model, "input": "Run the benchmark.", "tools": TOOLS}
+    body["store"] = False
+    if ws:
+        return {"type": "response.create", **body}
+    return {**body, "stream": True}
+
+
+def percentiles(xs: list[float]) -> dict[str, float | None]:
+    if not xs:
+        return {"p50": None, "p99": None}
+    s = sorted(xs)
+
+    def at(q: float) -> float:
+        return round(s[min(len(s) - 1, int(q * len(s)))] * 1000, 3)
+
+    return {"p50": at(0.5), "p99": at(0.99)}
+
+
+class Meter:
+    """Counters shared by the workers of one process."""
+
+    def __init__(self, expect: str, t0: float, t1: float) -> None:
+        self.expect = expect
+        self.t0, self.t1 = t0, t1
+        self.events = 0
+        self.nbytes = 0
+        self.ttfb: list[float] = []
+        self.first_text: list[float] = []
+        self.latency: list[float] = []
+        self.ok = 0
+        self.failures: Counter[str] = Counter()
+        self.terminal: Counter[str] = Counter()
+        self.ns_ok = 0
+        self.ns_bad: Counter[str] = Counter()
+
+    def in_window(self, t: float) -> bool:
+        return self.t0 <= t <= self.t1
+
+    def fail(self, why: str) -> None:
+        if self.in_window(time.monotonic()):
+            self.failures[why] += 1
+
+    def done(self, t_send: float, ttfb: float | None, text: float | None, last: bytes) -> None:
+        t_end = time.monotonic()
+        if not self.in_window(t_end):
+            return
+        kind, verdict = judge(last, self.expect)
+        self.terminal[kind] += 1
+        if verdict is None and self.expect == "responses":
+            self.failures[f"ended with {kind}"] += 1
+            return
+        if verdict is not None and verdict != "ok":
+            self.ns_bad[verdict] += 1
+        elif verdict == "ok":
+            self.ns_ok += 1
+        self.ok += 1
+        self.latency.append(t_end - t_send)
+        if ttfb is not None:
+            self.ttfb.append(ttfb)
+        if text is not None:
+            self.first_text.append(text)
+
+
+def judge(last: bytes, expect: str) -> tuple[str, str | None]:
+    """(terminal kind, namespace verdict) of the last event; verdict None: no call to check."""
+    data = last
+    if not last.lstrip().startswith(b"{"):  # SSE: take the data lines
+        lines = [ln[5:].lstrip() for ln in last.splitlines() if ln.startswith(b"data:")]
+        data = b"\n".join(lines)
+    if expect == "raw":
+        return ("[DONE]" if data.strip() == b"[DONE]" else "no [DONE]"), None
+    try:
+        obj = orjson.loads(data)
+    except orjson.JSONDecodeError:
+        return "unparsable last event", None
+    kind = str(obj.get("type"))
+    if kind != "response.completed":
+        return kind, None
+    calls = [
+        i for i in obj.get("response", {}).get("output", []) if i.get("type") == "function_call"
+    ]
+    if not calls:
+        return kind, "no function_call in the output"
+    call = calls[0]
+    if call.get("name") != FN or call.get("namespace") != NS:
+        return kind, f"name={call.get('name')!r} namespace={call.get('namespace')!r}"
+    try:
+        if not isinstance(orjson.loads(call.get("arguments", "")), dict):
+            return kind, "arguments not an object"
+    except orjson.JSONDecodeError:
+        return kind, "arguments not JSON"
+    return kind, "ok"
+
+
+async def sse_request(session: aiohttp.ClientSession, url: str, body: bytes, m: Meter) -> None:
+    """One streamed POST, counted as it arrives; only its last event is kept and parsed."""
+    mark = MARK[m.expect]
+    t_send = time.monotonic()
+    ttfb = text = None
+    sep, carry, mcarry = b"\n\n", b"", b""
+    pending = bytearray()
+    try:
+        async with session.post(url, data=body, headers=SSE_HEADERS) as resp:
+            if resp.status != 200:
+                await resp.read()
+                m.fail(f"HTTP {resp.status}")
+                return
+            async for data in resp.content.iter_any():
+                if ttfb is None:
+                    ttfb = time.monotonic() - t_send
+                    if b"\r\n" in data:
+                        sep = b"\r\n\r\n"
+                m.events += (carry + data).count(sep)
+                m.nbytes += len(data)
+                carry = data[1 - len(sep) :]
+                if text is None:
+                    if mark in mcarry + data:
+                        text = time.monotonic() - t_send
+                    mcarry = data[-len(mark) :]
+                pending += data
+                cut = pending.rfind(sep, 0, len(pending) - len(sep))
+                if cut >= 0:
+                    del pending[: cut + len(sep)]
+    except (aiohttp.ClientError, OSError) as exc:
+        m.fail(type(exc).__name__)
+        await asyncio.sleep(0.01)
+        return
+    m.done(t_send, ttfb, text, bytes(pending))
+
+
+async def sse_worker(
+    session: aiohttp.ClientSession, url: str, body: bytes, m: Meter, count: list[int] | None
+) -> None:
+    while count is None or count[0] > 0:
+        if count is not None:
+            count[0] -= 1
+        await sse_request(session, url, body, m)
+
+
+async def ws_worker(
+    session: aiohttp.ClientSession, url: str, frame: str, m: Meter, count: list[int] | None
+) -> None:
+    """One socket sending `response.create` frames one after the other."""
+    while count is None or count[0] > 0:
+        try:
+            async with session.ws_connect(url, max_msg_size=0, autoping=False) as ws:
+                while count is None or count[0] > 0:
+                    if count is not None:
+                        count[0] -= 1
+                    t_send = time.monotonic()
+                    ttfb = text = None
+                    await ws.send_str(frame)
+                    while True:
+                        msg = await ws.receive()
+                        if msg.type != aiohttp.WSMsgType.TEXT:
+                            raise ConnectionError(f"websocket {msg.type.name}")
+                        s: str = msg.data
+                        m.events += 1
+                        m.nbytes += len(s)
+                        head = s[:160]
+                        if ttfb is None:
+                            ttfb = time.monotonic() - t_send
+                        if text is None and "response.output_text.delta" in head:
+                            text = time.monotonic() - t_send
+                        if any(t in head for t in TERMINAL):
+                            break
+                    m.done(t_send, ttfb, text, s.encode())
+        except (aiohttp.ClientError, OSError, ConnectionError) as exc:
+            m.fail(type(exc).__name__)
+            await asyncio.sleep(0.01)
+
+
+def ws_url(url: str) -> str:
+    return "ws" + url[4:] if url.startswith("http") else url
+
+
+async def run_window(args: argparse.Namespace, start_at: float) -> dict[str, Any]:
+    t0 = start_at + args.warmup
+    t1 = t0 + args.duration
+    m = Meter(args.expect, t0, t1)
+    watch = dict(w.split("=", 1) for w in args.watch)
+    snaps: list[tuple[float, int, int, float, dict[str, float]]] = []
+
+    def snapshot() -> None:
+        cpu = {k: procstat.cpu_seconds(procstat.tree(int(p))) for k, p in watch.items()}
+        ru = resource.getrusage(resource.RUSAGE_SELF)
+        snaps.append((time.monotonic(), m.events, m.nbytes, ru.ru_utime + ru.ru_stime, cpu))
+
+    connector = aiohttp.TCPConnector(limit=0, force_close=False, enable_cleanup_closed=False)
+    timeout = aiohttp.ClientTimeout(total=None, sock_connect=10)
+    async with aiohttp.ClientSession(
+        connector=connector, timeout=timeout, auto_decompress=False, read_bufsize=2**18
+    ) as session:
+        await asyncio.sleep(max(0.0, start_at - time.monotonic()))
+        url = args.url.rstrip("/") + args.path
+        body = request_body(args.model, args.ws)
+        if args.ws:
+            frame = orjson.dumps(body).decode()
+            tasks = [
+                ws_worker(session, ws_url(url), frame, m, None) for _ in range(args.concurrency)
+            ]
+        else:
+            raw = orjson.dumps(body)
+            tasks = [sse_worker(session, url, raw, m, None) for _ in range(args.concurrency)]
+        running = [asyncio.ensure_future(t) for t in tasks]
+        await asyncio.sleep(max(0.0, t0 - time.monotonic()))
+        snapshot()
+        await asyncio.sleep(max(0.0, t1 - time.monotonic()))
+        snapshot()
+        for t in running:
+            t.cancel()
+        await asyncio.gather(*running, return_exceptions=True)
+    (a_t, a_ev, a_b, a_cpu, a_w), (b_t, b_ev, b_b, b_cpu, b_w) = snaps
+    return {
+        "window_s": b_t - a_t,
+        "events": b_ev - a_ev,
+        "bytes": b_b - a_b,
+        "cpu_s": {"client": b_cpu - a_cpu, **{k: b_w[k] - a_w[k] for k in watch}},
+        **meter_fields(m),
+    }
+
+
+async def run_count(args: argparse.Namespace) -> dict[str, Any]:
+    """Exactly `--requests` requests (for smoke checks): every one is reported."""
+    m = Meter(args.expect, 0.0, float("inf"))
+    count = [args.requests]
+    t_start = time.monotonic()
+    async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0)) as session:
+        url = args.url.rstrip("/") + args.path
+        body = request_body(args.model, args.ws)
+        c = min(args.concurrency, args.requests)
+        if args.ws:
+            frame = orjson.dumps(body).decode()
+            jobs = [ws_worker(session, ws_url(url), frame, m, count) for _ in range(c)]
+        else:
+            raw = orjson.dumps(body)
+            jobs = [sse_worker(session, url, raw, m, count) for _ in range(c)]
+        await asyncio.wait_for(asyncio.gather(*jobs), args.timeout)
+    return {"window_s": time.monotonic() - t_start, "events": m.events, "bytes": m.nbytes,
+            "cpu_s": {}, **meter_fields(m)}  # fmt: skip
+
+
+def meter_fields(m: Meter) -> dict[str, Any]:
+    return {
+        "requests": m.ok,
+        "failures": sum(m.failures.values()),
+        "failure_kinds": dict(m.failures.most_common(5)),
+        "terminal": dict(m.terminal),
+        "namespace_ok": m.ns_ok,
+        "namespace_bad": dict(m.ns_bad.most_common(3)),
+        "samples": {"ttfb": m.ttfb, "first_text": m.first_text, "latency": m.latency},
+    }
+
+
+def summarize(r: dict[str, Any], args: argparse.Namespace) -> dict[str, Any]:
+    """Rates and percentiles from the raw counts (also after merging processes)."""
+    w = r["window_s"] or 1e-9
+    s = r.pop("samples")
+    if args.expect == "raw":
+        namespace = "n/a"
+    elif r["namespace_bad"]:
+        namespace = "no"
+    else:
+        namespace = "yes" if r["namespace_ok"] else "unknown"
+    return {
+        "url": args.url,
+        "transport": "ws" if args.ws else "sse",
+        "expect": args.expect,
+        "concurrency": args.concurrency,
+        **r,
+        "events_per_s": r["events"] / w,
+        "requests_per_s": r["requests"] / w,
+        "mb_per_s": r["bytes"] / w / 1e6,
+        "ttfb_ms": percentiles(s["ttfb"]),
+        "first_text_ms": percentiles(s["first_text"]),
+        "latency_ms": percentiles(s["latency"]),
+        "namespace": namespace,
+        "cpu_util": {k: v / w for k, v in r["cpu_s"].items()},
+    }
+
+
+def merge(parts: list[dict[str, Any]]) -> dict[str, Any]:
+    out = dict(parts[0])
+    out["window_s"] = max(p["window_s"] for p in parts)
+    for key in ("events", "bytes", "requests", "failures", "namespace_ok"):
+        out[key] = sum(p[key] for p in parts)
+    for key in ("failure_kinds", "terminal", "namespace_bad"):
+        out[key] = dict(sum((Counter(p[key]) for p in parts), Counter()))
+    out["samples"] = {k: [x for p in parts for x in p["samples"][k]] for k in out["samples"]}
+    out["cpu_s"] = {k: sum(p["cpu_s"].get(k, 0.0) for p in parts) for k in parts[0]["cpu_s"]}
+    return out
+
+
+def run_procs(args: argparse.Namespace) -> dict[str, Any]:
+    """Split the load over `--procs` child processes that start together."""
+    start_at = time.monotonic() + 1.0  # time for the children to import
+    shares = [args.concurrency // args.procs + (i < args.concurrency % args.procs)
+              for i in range(args.procs)]  # fmt: skip
+    base = [sys.executable, os.path.abspath(__file__), "--url", args.url, "--path", args.path,
+            "--model", args.model, "--expect", args.expect, "--warmup", str(args.warmup),
+            "--duration", str(args.duration), "--start-at", repr(start_at), "--raw"]  # fmt: skip
+    if args.ws:
+        base.append("--ws")
+    children = [
+        subprocess.Popen([*base, "-c", str(c)], stdout=subprocess.PIPE) for c in shares if c
+    ]
+    # the parent only watches the CPU of the target at t0 and t1
+    watch = dict(w.split("=", 1) for w in args.watch)
+    t0 = start_at + args.warmup
+    time.sleep(max(0.0, t0 - time.monotonic()))
+    a = {k: procstat.cpu_seconds(procstat.tree(int(p))) for k, p in watch.items()}
+    time.sleep(max(0.0, t0 + args.duration - time.monotonic()))
+    b = {k: procstat.cpu_seconds(procstat.tree(int(p))) for k, p in watch.items()}
+    parts = [json.loads(ch.communicate()[0]) for ch in children]
+    merged = merge(parts)
+    merged["cpu_s"].update({k: b[k] - a[k] for k in watch})
+    return merged
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    p.add_argument("--url", required=True, help="base URL of the gateway, e.g. http://h:p")
+    p.add_argument("--path", default="/v1/responses")
+    p.add_argument("-c", "--concurrency", type=int, default=1)
+    p.add_argument("--duration", type=float, default=3.0, help="measured window, seconds")
+    p.add_argument("--warmup", type=float, default=1.0, help="load before the window, seconds")
+    p.add_argument("--requests", type=int, default=0, help="run exactly K requests instead")
+    p.add_argument("--timeout", type=float, default=60.0, help="limit for --requests, seconds")
+    p.add_argument("--ws", action="store_true", help="WebSocket mode: C sockets")
+    p.add_argument("--expect", choices=["responses", "raw"], default="responses",
+                   help="raw: Chat chunks from the raw relay, no namespace check")  # fmt: skip
+    p.add_argument("--model", default="bench")
+    p.add_argument("--watch", action="append", default=[], metavar="NAME=PID",
+                   help="measure the CPU time of this process tree over the window")  # fmt: skip
+    p.add_argument("--procs", type=int, default=1, help="client processes sharing the load")
+    p.add_argument("--json", action="store_true", help="print the result as JSON")
+    p.add_argument("--start-at", type=float, default=0.0, help=argparse.SUPPRESS)
+    p.add_argument("--raw", action="store_true", help=argparse.SUPPRESS)
+    return p.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parse_args(argv)
+    install_uvloop()
+    if args.requests:
+        result = asyncio.run(run_count(args))
+    elif args.procs > 1:
+        result = run_procs(args)
+    else:
+        result = asyncio.run(run_window(args, args.start_at or time.monotonic()))
+    if args.raw:
+        sys.stdout.write(json.dumps(result))
+        return
+    out = summarize(result, args)
+    if args.json:
+        print(json.dumps(out))
+        return
+    print(
+        f"{out['transport']} c={args.concurrency}: {out['events_per_s']:,.0f} events/s, "
+        f"{out['requests_per_s']:,.1f} req/s, TTFB p50 {out['ttfb_ms']['p50']} ms, "
+        f"first text p50 {out['first_text_ms']['p50']} ms, latency p50/p99 "
+        f"{out['latency_ms']['p50']}/{out['latency_ms']['p99']} ms, failures {out['failures']} "
+        f"{out['failure_kinds'] or ''}, namespace {out['namespace']} {out['namespace_bad'] or ''}"
+    )
+
+
+if __name__ == "__main__":
+    main()

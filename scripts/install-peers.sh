@@ -1,0 +1,57 @@
+#!/usr/bin/env bash
+# Install the benchmark's own tools, each in its own venv under .tools/ (never a dependency
+# of the project): the LiteLLM proxy (a peer gateway) and matplotlib (for the plot).
+# Idempotent; a failed install prints a note and exits 0, so that `make bench` reports the
+# peer as skipped instead of failing.
+set -uo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+PYTHON="${PYTHON:-python3}"
+# 1.109+ moved the proxy into a separate litellm-proxy distribution that the registry lacks.
+LITELLM_VERSION="${LITELLM_VERSION:-1.108.14}"
+MATPLOTLIB_SPEC="${MATPLOTLIB_SPEC:-matplotlib>=3.7}"
+PEERS_DIR="${PEERS_DIR:-$ROOT/.tools/peers}"
+BENCH_VENV="${BENCH_VENV:-$ROOT/.tools/bench-venv}"
+
+note() { echo "install-peers: $*" >&2; }
+
+# make_venv DIR CHECK SPEC...: create DIR, install SPEC unless `DIR/bin/python -c CHECK` passes.
+make_venv() {
+    local dir="$1" check="$2"
+    shift 2
+    if [ -x "$dir/bin/python" ] && "$dir/bin/python" -c "$check" >/dev/null 2>&1; then
+        return 0
+    fi
+    mkdir -p "$(dirname "$dir")"
+    if ! "$PYTHON" -m venv "$dir" >/dev/null 2>&1; then
+        note "cannot create a venv at $dir (python3 -m venv failed)"
+        return 1
+    fi
+    "$dir/bin/python" -m pip install --quiet --upgrade pip >/dev/null 2>&1 || true
+    if ! "$dir/bin/python" -m pip install --quiet "$@" >"$dir.install.log" 2>&1; then
+        note "pip install $* failed; see $dir.install.log"
+        return 1
+    fi
+    "$dir/bin/python" -c "$check" >/dev/null 2>&1
+}
+
+want="${1:-all}"
+
+if [ "$want" = all ] || [ "$want" = plot ]; then
+    if make_venv "$BENCH_VENV" "import matplotlib" "$MATPLOTLIB_SPEC"; then
+        note "matplotlib ready in $BENCH_VENV"
+    else
+        note "matplotlib unavailable: the benchmark will skip its plot"
+    fi
+fi
+
+if [ "$want" = all ] || [ "$want" = litellm ]; then
+    LITELLM_DIR="$PEERS_DIR/litellm"
+    check="import litellm, importlib.metadata as m; assert m.version('litellm') == '$LITELLM_VERSION'"
+    if make_venv "$LITELLM_DIR" "$check" "litellm[proxy]==$LITELLM_VERSION"; then
+        note "LiteLLM $LITELLM_VERSION ready in $LITELLM_DIR"
+    else
+        note "LiteLLM unavailable: the benchmark will report it as skipped"
+    fi
+fi
+exit 0

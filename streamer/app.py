@@ -1,0 +1,157 @@
+"""The aiohttp application: routes, middlewares, startup and shutdown."""
+
+from __future__ import annotations
+
+import hmac
+import logging
+import os
+from collections.abc import Awaitable, Callable
+
+import orjson
+from aiohttp import web
+
+from .config import Settings
+from .errors import RequestError
+from .gateway import GATEWAY, Gateway
+
+log = logging.getLogger("streamer.app")
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+def _error(exc: RequestError) -> web.Response:
+    return web.Response(
+        body=orjson.dumps(exc.body()),
+        status=exc.status,
+        content_type="application/json",
+        headers=exc.headers,
+    )
+
+
+@web.middleware
+async def errors_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """Every failure leaves as OpenAI's error shape; never a traceback."""
+    from .store import StoreUnavailable
+
+    try:
+        return await handler(request)
+    except RequestError as exc:
+        return _error(exc)
+    except StoreUnavailable as exc:
+        return _error(
+            RequestError(f"The response store is unavailable: {exc}", status=503,
+                         type="server_error", code="store_unavailable")
+        )
+    except web.HTTPRequestEntityTooLarge:
+        return _error(RequestError("The request body is too large.", status=413,
+                                   code="request_too_large"))
+    except web.HTTPException as exc:
+        if exc.status < 400:
+            raise
+        code = {404: "not_found", 405: "method_not_allowed"}.get(exc.status)
+        return _error(RequestError(exc.reason, status=exc.status, code=code))
+    except ConnectionResetError:
+        raise
+    except Exception:
+        log.exception("unhandled error on %s %s", request.method, request.path)
+        return _error(RequestError("The gateway had an internal error.", status=500,
+                                   type="server_error", code="server_error"))
+
+
+def auth_middleware(keys: frozenset[str]) -> Callable[..., Awaitable[web.StreamResponse]]:
+    """Require `Authorization: Bearer <key>` on /v1 routes, compared in constant time."""
+    encoded = [k.encode() for k in keys]
+
+    @web.middleware
+    async def middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
+        if request.path.startswith("/v1/"):
+            header = request.headers.get("Authorization", "")
+            token = header[7:].strip().encode() if header[:7].lower() == "bearer " else b""
+            ok = False
+            for key in encoded:  # no early exit: timing says nothing about which key
+                ok |= hmac.compare_digest(token, key)
+            if not ok:
+                raise RequestError(
+                    "Incorrect API key provided." if token else "You didn't provide an API key.",
+                    status=401,
+                    code="invalid_api_key",
+                )
+        return await handler(request)
+
+    return middleware
+
+
+async def _start(app: web.Application) -> None:
+    from .background import Background
+    from .store import open_store
+    from .upstream.chat import ChatUpstream
+
+    settings: Settings = app["settings"]
+    base_url = settings.upstream
+    if not base_url:
+        from .scripted_model import start_scripted_model
+
+        runner, base_url = await start_scripted_model()
+        app["scripted_runner"] = runner
+        log.warning("no --upstream: serving the embedded scripted model at %s", base_url)
+    upstream = ChatUpstream(
+        base_url, api_key=settings.upstream_api_key, idle_timeout=settings.idle_timeout
+    )
+    store = open_store(settings.store, ttl_seconds=settings.store_ttl)
+    gateway = Gateway(settings, upstream, store)
+    gateway.background = Background(gateway)
+    app[GATEWAY] = gateway
+
+
+async def _stop(app: web.Application) -> None:
+    gateway = app.get(GATEWAY)
+    if gateway is not None:
+        await gateway.background.close()
+        await gateway.upstream.close()
+        await gateway.store.close()
+    runner = app.get("scripted_runner")
+    if runner is not None:
+        await runner.cleanup()
+
+
+def create_app(settings: Settings) -> web.Application:
+    from . import http, retrieval, websocket
+
+    middlewares: list = [errors_middleware]
+    keys = settings.client_keys()
+    if keys:
+        middlewares.append(auth_middleware(keys))
+    app = web.Application(middlewares=middlewares, client_max_size=settings.max_body_bytes)
+    app["settings"] = settings
+    app.on_startup.append(_start)
+    app.on_cleanup.append(_stop)
+    websocket.add_routes(app)  # GET /v1/responses (upgrade) before the HTTP routes
+    http.add_routes(app)
+    retrieval.add_routes(app)
+    return app
+
+
+def serve(settings: Settings) -> None:
+    """Run the gateway until SIGINT/SIGTERM (uvloop when available)."""
+    try:
+        import uvloop
+    except ImportError:  # pragma: no cover - uvloop is a dependency on Linux
+        uvloop = None
+    logging.basicConfig(
+        level=getattr(logging, settings.log_level.upper(), logging.WARNING),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    print(
+        f"streamer: serving http://{settings.host}:{settings.port}/v1 "
+        f"-> {settings.upstream or 'embedded scripted model'} (pid {os.getpid()})",
+        flush=True,
+    )
+    web.run_app(
+        create_app(settings),
+        host=settings.host,
+        port=settings.port,
+        print=None,
+        handler_cancellation=True,
+        shutdown_timeout=settings.shutdown_grace,
+        loop=uvloop.new_event_loop() if uvloop else None,
+    )

@@ -1,0 +1,49 @@
+"""The `streamer` command: serve | tap | replay."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+from collections.abc import Sequence
+
+from .config import add_arguments, settings_from
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="streamer", description="An OpenAI Responses gateway with namespace tools."
+    )
+    commands = parser.add_subparsers(dest="command", required=True)
+    serve = commands.add_parser("serve", help="run the gateway")
+    add_arguments(serve)
+    try:
+        from .tap.command import add_replay_parser, add_tap_parser
+    except ImportError:  # pragma: no cover - the tap is part of the package
+        pass
+    else:
+        add_tap_parser(commands)
+        add_replay_parser(commands)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    if args.command == "serve":
+        from .app import serve
+
+        serve(settings_from(args))
+        return 0
+    if args.command == "tap":
+        from .tap.command import run_tap
+
+        return asyncio.run(run_tap(args))
+    if args.command == "replay":
+        from .tap.command import run_replay
+
+        return asyncio.run(run_replay(args))
+    return 2
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,145 @@
+"""Every `streamer serve` setting in one table: flag, environment variable, default.
+
+The CLI builds its parser from `SETTINGS`, and the README's settings table is the
+same list, so a setting exists in exactly one place.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, fields
+from typing import Any
+
+
+@dataclass(frozen=True, slots=True)
+class Setting:
+    flag: str
+    dest: str
+    default: Any
+    help: str
+    kind: Callable[[str], Any] = str
+    repeat: bool = False  # may be given several times (flag) / comma-separated (env)
+
+    @property
+    def env(self) -> str:
+        return "STREAMER_" + self.dest.upper()
+
+
+def _bool(text: str) -> bool:
+    return text.strip().lower() in {"1", "true", "yes", "on"}
+
+
+SETTINGS: tuple[Setting, ...] = (
+    Setting("--upstream", "upstream", None,
+            "Chat Completions base URL, as given to the OpenAI SDK (http://host:8000/v1). "
+            "Unset: the embedded scripted model."),
+    Setting("--host", "host", "127.0.0.1", "Address to bind."),
+    Setting("--port", "port", 8080, "Port to bind.", int),
+    Setting("--upstream-api-key", "upstream_api_key", None, "Bearer key sent to the backend."),
+    Setting("--forward-authorization", "forward_authorization", False,
+            "Send the client's Authorization header to the backend instead.", _bool),
+    Setting("--api-key", "api_keys", (), "Key clients must present (repeatable).", str, True),
+    Setting("--api-key-file", "api_key_file", None, "File with one client key per line."),
+    Setting("--model", "model", None, "Backend model name; the client's model passes through if unset."),
+    Setting("--tool-name-style", "tool_name_style", "codex",
+            "Flat name style: codex, double-underscore, llamacpp, dotted."),
+    Setting("--max-tool-name-length", "max_tool_name_length", 64, "Longest flat tool name.", int),
+    Setting("--max-tools", "max_tools", 4096, "Most callable tools in one request.", int),
+    Setting("--max-tool-bytes", "max_tool_bytes", 2 * 1024 * 1024,
+            "Largest total size of the tool definitions in one request.", int),
+    Setting("--max-input-items", "max_input_items", 10_000, "Most input items in one request.", int),
+    Setting("--max-body-bytes", "max_body_bytes", 32 * 1024 * 1024, "Largest request body (413 beyond).", int),
+    Setting("--replay-reasoning", "replay_reasoning", True,
+            "Replay readable reasoning to the backend as reasoning_content.", _bool),
+    Setting("--idle-timeout", "idle_timeout", 300.0, "Seconds the backend may stay silent mid-stream.", float),
+    Setting("--store", "store", "memory", "Response store: memory, or redis://host:port/db."),
+    Setting("--store-ttl", "store_ttl", 3600, "Seconds a stored response is kept.", int),
+    Setting("--ws-max-message-bytes", "ws_max_message_bytes", 16 * 1024 * 1024,
+            "Largest WebSocket client message (close 1009 beyond).", int),
+    Setting("--ws-lifetime", "ws_lifetime", 3600.0, "WebSocket connection lifetime in seconds.", float),
+    Setting("--ws-remembered", "ws_remembered", 64,
+            "Responses a WebSocket connection remembers for previous_response_id.", int),
+    Setting("--tap-dir", "tap_dir", None, "Record every exchange as JSON lines in this folder."),
+    Setting("--shutdown-grace", "shutdown_grace", 30.0,
+            "Seconds in-flight streams get to finish on SIGTERM.", float),
+    Setting("--log-level", "log_level", "warning", "debug, info, warning or error."),
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Settings:
+    upstream: str | None = None
+    host: str = "127.0.0.1"
+    port: int = 8080
+    upstream_api_key: str | None = None
+    forward_authorization: bool = False
+    api_keys: tuple[str, ...] = ()
+    api_key_file: str | None = None
+    model: str | None = None
+    tool_name_style: str = "codex"
+    max_tool_name_length: int = 64
+    max_tools: int = 4096
+    max_tool_bytes: int = 2 * 1024 * 1024
+    max_input_items: int = 10_000
+    max_body_bytes: int = 32 * 1024 * 1024
+    replay_reasoning: bool = True
+    idle_timeout: float = 300.0
+    store: str = "memory"
+    store_ttl: int = 3600
+    ws_max_message_bytes: int = 16 * 1024 * 1024
+    ws_lifetime: float = 3600.0
+    ws_remembered: int = 64
+    tap_dir: str | None = None
+    shutdown_grace: float = 30.0
+    log_level: str = "warning"
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def client_keys(self) -> frozenset[str]:
+        """Keys from `--api-key` and `--api-key-file`, read once at startup."""
+        keys = set(self.api_keys)
+        if self.api_key_file:
+            with open(self.api_key_file, encoding="utf-8") as fh:
+                keys.update(line.strip() for line in fh if line.strip())
+        return frozenset(keys)
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Add every setting as a flag whose default comes from its environment variable."""
+    for s in SETTINGS:
+        raw = os.environ.get(s.env)
+        if s.repeat:
+            default = tuple(v for v in (raw or "").split(",") if v) or s.default
+            parser.add_argument(s.flag, dest=s.dest, action="append", default=None,
+                                help=f"{s.help} [env {s.env}, comma-separated]")
+            parser.set_defaults(**{f"_{s.dest}_env": default})
+            continue
+        default = s.kind(raw) if raw is not None else s.default
+        if s.kind is _bool:
+            parser.add_argument(s.flag, dest=s.dest, nargs="?", const=True, default=default,
+                                type=_bool, help=f"{s.help} [env {s.env}]")
+        else:
+            parser.add_argument(s.flag, dest=s.dest, type=s.kind, default=default,
+                                help=f"{s.help} [env {s.env}, default {s.default}]")
+
+
+def settings_from(args: argparse.Namespace) -> Settings:
+    values: dict[str, Any] = {}
+    names = {f.name for f in fields(Settings)}
+    for s in SETTINGS:
+        value = getattr(args, s.dest, None)
+        if s.repeat:
+            value = tuple(value) if value else getattr(args, f"_{s.dest}_env", s.default)
+        if s.dest in names:
+            values[s.dest] = value
+    return Settings(**values)
+
+
+def settings_table(rows: Sequence[Setting] = SETTINGS) -> str:
+    """The README's settings table (Markdown)."""
+    lines = ["| flag | environment | default | meaning |", "|---|---|---|---|"]
+    for s in rows:
+        default = "" if s.default in (None, ()) else f"`{s.default}`"
+        lines.append(f"| `{s.flag}` | `{s.env}` | {default} | {s.help} |")
+    return "\n".join(lines)

@@ -1,0 +1,71 @@
+"""The small vocabulary every upstream is normalised into.
+
+An upstream decoder (Chat Completions today) turns the backend's chunks into these;
+`OutputItemStreamer` turns them into Responses events. Nothing else crosses that line.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(slots=True)
+class TextDelta:
+    """A piece of the assistant's visible answer."""
+
+    text: str
+
+
+@dataclass(slots=True)
+class ReasoningDelta:
+    """A piece of raw reasoning (`reasoning_content` or `reasoning` in Chat chunks)."""
+
+    text: str
+
+
+@dataclass(slots=True)
+class RefusalDelta:
+    """A piece of a refusal (`refusal` in Chat chunks)."""
+
+    text: str
+
+
+@dataclass(slots=True)
+class ToolCallDelta:
+    """A fragment of one tool call, keyed by the backend's `index`.
+
+    `id` and `name` arrive on the first fragment(s); `name` may itself be split
+    across fragments, so consumers concatenate it until arguments start.
+    """
+
+    index: int
+    id: str | None = None
+    name: str | None = None
+    arguments: str = ""
+
+
+@dataclass(slots=True)
+class Finish:
+    """The backend's finish reason: `stop`, `length`, `tool_calls`, `content_filter`, …"""
+
+    reason: str
+
+
+@dataclass(slots=True)
+class Usage:
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cached_tokens: int = 0
+    cache_write_tokens: int = 0
+    reasoning_tokens: int = 0
+
+
+@dataclass(slots=True)
+class UpstreamError:
+    """The backend failed after the stream started (or sent an error payload)."""
+
+    code: str
+    message: str
+
+
+Delta = TextDelta | ReasoningDelta | RefusalDelta | ToolCallDelta | Finish | Usage | UpstreamError

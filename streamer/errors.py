@@ -1,0 +1,58 @@
+"""OpenAI-shaped errors: `{"error": {"message", "type", "param", "code"}}`.
+
+Raised anywhere in the core with a `param` path that points at the offending field;
+the HTTP and WebSocket shells only choose how to encode them.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+class RequestError(Exception):
+    """A client error (4xx) or a gateway/backend error (5xx) in OpenAI's error shape."""
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        param: str | None = None,
+        code: str | None = None,
+        status: int = 400,
+        type: str = "invalid_request_error",
+        headers: dict[str, str] | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.message = message
+        self.param = param
+        self.code = code
+        self.status = status
+        self.type = type
+        self.headers = headers or {}
+
+    def details(self) -> dict[str, Any]:
+        return {"message": self.message, "type": self.type, "param": self.param, "code": self.code}
+
+    def body(self) -> dict[str, Any]:
+        """The HTTP body: `{"error": {...}}`."""
+        return {"error": self.details()}
+
+    def ws_event(self) -> dict[str, Any]:
+        """The WebSocket error event: details nested, HTTP status beside them."""
+        return {"type": "error", "status": self.status, "error": self.details()}
+
+    def __repr__(self) -> str:
+        return f"RequestError({self.status}, {self.message!r}, param={self.param!r}, code={self.code!r})"
+
+
+def invalid(message: str, param: str | None = None, code: str | None = None) -> RequestError:
+    """A 400 `invalid_request_error`."""
+    return RequestError(message, param=param, code=code)
+
+
+def not_found(message: str, param: str | None = None) -> RequestError:
+    return RequestError(message, param=param, status=404, code="not_found")
+
+
+def server_error(message: str, status: int = 500, code: str = "server_error") -> RequestError:
+    return RequestError(message, status=status, type="server_error", code=code)

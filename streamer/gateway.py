@@ -1,0 +1,105 @@
+"""The gateway's per-process state: settings, the upstream client, the store.
+
+It turns a client body into a prepared `Turn` (continuing a stored response when the
+body names `previous_response_id`) and stores finished responses.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+from aiohttp import web
+
+from .config import Settings
+from .errors import RequestError, invalid
+from .lowering import LoweringOptions
+from .pipeline import Turn, TurnOptions, Upstream, prepare
+from .tools import NamingConfig
+
+if TYPE_CHECKING:
+    from .background import Background
+    from .store import ResponseStore
+
+log = logging.getLogger("streamer.gateway")
+
+
+def turn_options(settings: Settings) -> TurnOptions:
+    if settings.tool_name_style not in ("codex", "double-underscore", "llamacpp", "dotted"):
+        raise ValueError(f"unknown tool name style {settings.tool_name_style!r}")
+    return TurnOptions(
+        naming=NamingConfig(
+            style=settings.tool_name_style,  # type: ignore[arg-type]
+            max_name_length=settings.max_tool_name_length,
+            max_tools=settings.max_tools,
+            max_tool_bytes=settings.max_tool_bytes,
+        ),
+        lowering=LoweringOptions(model=settings.model, replay_reasoning=settings.replay_reasoning),
+        max_input_items=settings.max_input_items,
+    )
+
+
+def previous_not_found(response_id: str) -> RequestError:
+    return invalid(
+        f"Previous response with id '{response_id}' not found.",
+        "previous_response_id",
+        "previous_response_not_found",
+    )
+
+
+def continuation(input_items: Sequence[Mapping[str, Any]], output: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """The history a continuation starts from: the previous input, then its output."""
+    return [*map(dict, input_items), *map(dict, output)]
+
+
+class Gateway:
+    def __init__(self, settings: Settings, upstream: Upstream, store: ResponseStore) -> None:
+        self.settings = settings
+        self.upstream = upstream
+        self.store = store
+        self.options = turn_options(settings)
+        self.background: Background
+        self.stats: dict[str, int] = {"http_turns": 0, "ws_connections": 0, "ws_turns": 0}
+
+    async def prepare(
+        self,
+        body: Any,
+        request: web.Request | None = None,
+        *,
+        history: Sequence[Mapping[str, Any]] | None = None,
+    ) -> Turn:
+        """Validate, continue from the store if asked, and lower one request."""
+        if history is None:
+            history = await self.history(body)
+        turn = prepare(body, self.options, history=history)
+        if request is not None and self.settings.forward_authorization:
+            auth = request.headers.get("Authorization")
+            if auth:
+                turn.headers["Authorization"] = auth
+        return turn
+
+    async def history(self, body: Any) -> list[dict[str, Any]]:
+        previous = body.get("previous_response_id") if isinstance(body, dict) else None
+        if not previous:
+            return []
+        record = await self.store.get(previous)
+        if record is None:
+            raise previous_not_found(previous)
+        return continuation(record.input_items, record.response.get("output") or [])
+
+    async def remember(self, turn: Turn) -> None:
+        """Store a finished response unless the client said `store: false`."""
+        if turn.request.get("store") is False:
+            return
+        from .store import StoredResponse
+
+        try:
+            await self.store.put(
+                StoredResponse(turn.response, turn.items, turn.names.to_json())
+            )
+        except Exception as exc:  # the client already has its answer; say so in the log
+            log.warning("could not store response %s: %s", turn.response["id"], exc)
+
+
+GATEWAY = web.AppKey("gateway", Gateway)

@@ -1,0 +1,99 @@
+"""HTTP routes for `/v1/responses`: SSE encoding and JSON collect over one pipeline."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import orjson
+from aiohttp import web
+
+from . import sse
+from .errors import RequestError, invalid
+from .gateway import GATEWAY, Gateway
+from .pipeline import collect, stream_events
+
+log = logging.getLogger("streamer.http")
+
+SSE_HEADERS = {
+    "Content-Type": "text/event-stream; charset=utf-8",
+    "Cache-Control": "no-cache",
+    "X-Accel-Buffering": "no",
+}
+
+
+def json_response(body: Any, status: int = 200, headers: dict[str, str] | None = None) -> web.Response:
+    return web.Response(
+        body=orjson.dumps(body), status=status, content_type="application/json", headers=headers
+    )
+
+
+async def read_json(request: web.Request) -> Any:
+    """The request body as JSON, or a 4xx that says what is wrong with it."""
+    ctype = request.content_type
+    if ctype not in ("application/json", "application/octet-stream", "") and not ctype.endswith(
+        "+json"
+    ):
+        raise RequestError(
+            f"Unsupported content type {ctype!r}: send application/json.",
+            status=415,
+            code="unsupported_media_type",
+        )
+    raw = await request.read()
+    try:
+        return orjson.loads(raw)
+    except orjson.JSONDecodeError as exc:
+        raise invalid(
+            f"We could not parse the JSON body of your request ({exc.msg}).", code="invalid_json"
+        ) from None
+
+
+async def create_response(request: web.Request) -> web.StreamResponse:
+    """POST /v1/responses."""
+    gateway = request.app[GATEWAY]
+    body = await read_json(request)
+    turn = await gateway.prepare(body, request)
+    if body.get("background"):
+        return await gateway.background.create(request, turn)
+    if not body.get("stream"):
+        response = await collect(turn, gateway.upstream)
+        await gateway.remember(turn)
+        return json_response(response)
+    return await stream_sse(request, gateway, turn)
+
+
+async def stream_sse(request: web.Request, gateway: Gateway, turn: Any) -> web.StreamResponse:
+    """Serve a turn as SSE: one write per batch of events ready at once."""
+    events = stream_events(turn, gateway.upstream)
+    try:
+        first = await anext(events)  # opens the backend: its refusal is still an HTTP error
+    except BaseException:
+        await events.aclose()
+        raise
+    reply = web.StreamResponse(headers=SSE_HEADERS)
+    await reply.prepare(request)
+    try:
+        await reply.write(sse.encode_many(first))
+        async for batch in events:
+            await reply.write(sse.encode_many(batch))
+    finally:
+        await events.aclose()
+    await gateway.remember(turn)
+    await reply.write_eof()
+    return reply
+
+
+async def list_models(request: web.Request) -> web.Response:
+    """GET /v1/models, forwarded from the backend."""
+    status, body = await request.app[GATEWAY].upstream.get_models()
+    return web.Response(body=body, status=status, content_type="application/json")
+
+
+async def healthz(request: web.Request) -> web.Response:
+    return json_response({"status": "ok"})
+
+
+def add_routes(app: web.Application) -> None:
+    app.router.add_post("/v1/responses", create_response)
+    app.router.add_get("/v1/models", list_models)
+    app.router.add_get("/healthz", healthz)

@@ -1,0 +1,212 @@
+"""Responses `input` items: normalisation and validation (pure).
+
+Strict only where an item could not be lowered to Chat Completions; unknown fields and
+unknown item types pass through untouched. Every error is a 400 whose `param` points at
+the offending field, e.g. `input[3].content[1].type`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from streamer.errors import invalid
+
+ROLES = ("user", "assistant", "system", "developer")
+TEXT_PARTS = ("input_text", "output_text", "text")
+MESSAGE_PARTS = (*TEXT_PARTS, "refusal", "input_image", "input_file")
+OUTPUT_PARTS = (*TEXT_PARTS, "input_image", "input_file")
+CALL_TYPES = ("function_call", "custom_tool_call", "tool_search_call")
+OUTPUT_TYPES = ("function_call_output", "custom_tool_call_output", "tool_search_output")
+
+
+def normalize_input(value: Any) -> list[dict[str, Any]]:
+    """`input` (a string, a list of items, or absent) -> validated items.
+
+    A string is one user message; a bare `{role, content}` gains `type: "message"`; every
+    other item is returned as given. Idempotent, so lowering can re-run it safely.
+    """
+    if value is None:
+        return []
+    if isinstance(value, str):
+        part = {"type": "input_text", "text": value}
+        return [{"type": "message", "role": "user", "content": [part]}]
+    if not isinstance(value, list):
+        raise invalid(
+            "Invalid type for 'input': expected a string or an array of input items.", "input"
+        )
+    return [_item(item, f"input[{i}]") for i, item in enumerate(value)]
+
+
+def public_output_to_input(output_items: Iterable[Any]) -> list[dict[str, Any]]:
+    """A previous response's output items -> input items for its continuation.
+
+    The public output shapes (function_call with bare `name` + `namespace`, messages,
+    reasoning, custom and tool-search calls) are already valid input items, so this is a
+    shallow copy that keeps every field (ids, status, phase, namespace, encrypted content);
+    the copy stops later edits of the continuation from reaching the stored response.
+    """
+    return [dict(item) for item in output_items if isinstance(item, Mapping)]
+
+
+def _item(item: Any, path: str) -> dict[str, Any]:
+    if not isinstance(item, dict):
+        raise invalid(f"Invalid type for '{path}': expected an object.", path)
+    kind = item.get("type")
+    if kind is None:
+        if "role" in item:
+            _message(item, path)
+            return {**item, "type": "message"}
+        if "id" in item:  # `type` is optional on item_reference
+            return item
+        raise invalid(f"Missing required parameter: '{path}.type'.", f"{path}.type")
+    if not isinstance(kind, str):
+        raise invalid(f"Invalid type for '{path}.type': expected a string.", f"{path}.type")
+    check = _CHECKS.get(kind)
+    if check is not None:
+        check(item, path)
+    return item
+
+
+def _message(item: dict[str, Any], path: str) -> None:
+    role = item.get("role")
+    if role is None:
+        raise invalid(f"Missing required parameter: '{path}.role'.", f"{path}.role")
+    if role not in ROLES:
+        raise invalid(
+            f"Invalid value for '{path}.role': {role!r}. Supported values are: "
+            "'user', 'assistant', 'system' and 'developer'.",
+            f"{path}.role",
+        )
+    content = item.get("content")
+    if "content" not in item:
+        raise invalid(f"Missing required parameter: '{path}.content'.", f"{path}.content")
+    if isinstance(content, str):
+        return
+    if not isinstance(content, list):
+        raise invalid(
+            f"Invalid type for '{path}.content': expected a string or an array of content parts.",
+            f"{path}.content",
+        )
+    for j, part in enumerate(content):
+        _part(part, f"{path}.content[{j}]", MESSAGE_PARTS)
+
+
+def _part(part: Any, path: str, allowed: tuple[str, ...]) -> None:
+    if not isinstance(part, dict):
+        raise invalid(f"Invalid type for '{path}': expected an object.", path)
+    kind = part.get("type")
+    if kind is None:
+        raise invalid(f"Missing required parameter: '{path}.type'.", f"{path}.type")
+    if kind not in allowed:
+        supported = ", ".join(repr(a) for a in allowed)
+        raise invalid(
+            f"Invalid value for '{path}.type': {kind!r}. Supported values are: {supported}.",
+            f"{path}.type",
+        )
+    if kind in TEXT_PARTS or kind == "refusal":
+        field = "refusal" if kind == "refusal" else "text"
+        _require_str(part, field, path)
+    elif kind == "input_image":
+        url, file_id = part.get("image_url"), part.get("file_id")
+        if url is not None and not isinstance(url, str):
+            raise invalid(
+                f"Invalid type for '{path}.image_url': expected a string.", f"{path}.image_url"
+            )
+        if file_id is not None and not isinstance(file_id, str):
+            raise invalid(
+                f"Invalid type for '{path}.file_id': expected a string.", f"{path}.file_id"
+            )
+        if not url and not file_id:
+            raise invalid(
+                f"Missing required parameter: '{path}.image_url' (or '{path}.file_id').",
+                f"{path}.image_url",
+            )
+    else:  # input_file
+        sources = [part.get(k) for k in ("file_id", "file_data", "file_url")]
+        for key in ("file_id", "file_data", "file_url", "filename"):
+            if part.get(key) is not None and not isinstance(part[key], str):
+                raise invalid(
+                    f"Invalid type for '{path}.{key}': expected a string.", f"{path}.{key}"
+                )
+        if not any(sources):
+            raise invalid(
+                f"Missing required parameter: '{path}.file_id' (or 'file_data' or 'file_url').",
+                f"{path}.file_id",
+            )
+
+
+def _require_str(item: Mapping[str, Any], key: str, path: str, *, nonempty: bool = False) -> None:
+    value = item.get(key)
+    if value is None:
+        raise invalid(f"Missing required parameter: '{path}.{key}'.", f"{path}.{key}")
+    if not isinstance(value, str):
+        raise invalid(f"Invalid type for '{path}.{key}': expected a string.", f"{path}.{key}")
+    if nonempty and not value:
+        raise invalid(
+            f"Invalid '{path}.{key}': empty string. Expected a string with at least 1 character.",
+            f"{path}.{key}",
+        )
+
+
+def _optional_str(item: Mapping[str, Any], key: str, path: str) -> None:
+    value = item.get(key)
+    if value is not None and not isinstance(value, str):
+        raise invalid(f"Invalid type for '{path}.{key}': expected a string.", f"{path}.{key}")
+
+
+def _function_call(item: dict[str, Any], path: str) -> None:
+    _require_str(item, "call_id", path, nonempty=True)
+    _require_str(item, "name", path, nonempty=True)
+    _optional_str(item, "arguments", path)  # absent lowers as "{}"
+    _optional_str(item, "namespace", path)
+
+
+def _custom_tool_call(item: dict[str, Any], path: str) -> None:
+    _require_str(item, "call_id", path, nonempty=True)
+    _require_str(item, "name", path, nonempty=True)
+    _optional_str(item, "input", path)  # absent lowers as ""
+    _optional_str(item, "namespace", path)
+
+
+def _call_output(item: dict[str, Any], path: str) -> None:
+    _require_str(item, "call_id", path, nonempty=True)
+    output = item.get("output")
+    if output is None:
+        raise invalid(f"Missing required parameter: '{path}.output'.", f"{path}.output")
+    if isinstance(output, str):
+        return
+    if not isinstance(output, list):
+        raise invalid(
+            f"Invalid type for '{path}.output': expected a string or an array of content parts.",
+            f"{path}.output",
+        )
+    for j, part in enumerate(output):
+        _part(part, f"{path}.output[{j}]", OUTPUT_PARTS)
+
+
+def _tool_search_call(item: dict[str, Any], path: str) -> None:
+    _optional_str(item, "call_id", path)  # null for server-executed search
+    arguments = item.get("arguments")
+    if arguments is not None and not isinstance(arguments, dict | str):
+        raise invalid(
+            f"Invalid type for '{path}.arguments': expected an object.", f"{path}.arguments"
+        )
+
+
+def _tool_search_output(item: dict[str, Any], path: str) -> None:
+    _optional_str(item, "call_id", path)
+    tools = item.get("tools")
+    if tools is not None and not isinstance(tools, list):
+        raise invalid(f"Invalid type for '{path}.tools': expected an array.", f"{path}.tools")
+
+
+_CHECKS = {
+    "message": _message,
+    "function_call": _function_call,
+    "custom_tool_call": _custom_tool_call,
+    "function_call_output": _call_output,
+    "custom_tool_call_output": _call_output,
+    "tool_search_call": _tool_search_call,
+    "tool_search_output": _tool_search_output,
+}

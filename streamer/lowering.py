@@ -1,0 +1,357 @@
+"""Lowering (pure): a Responses request becomes a Chat Completions request.
+
+Choices that every Chat backend accepts:
+- text-only content is sent as one string, parts joined with "\\n" (what vLLM itself does
+  with a list of text parts); only user messages with an image or file keep a part list;
+- consecutive assistant-side items (messages, tool calls, reasoning) become ONE assistant
+  message, so each `tool_calls` message is directly followed by its `tool` messages;
+- what Chat cannot carry (file_id images, images in tool results or assistant turns,
+  encrypted reasoning, item references, compaction, unknown items) becomes a short bracketed
+  note or is left out of the chat view; it is never an error.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import orjson
+
+from streamer.errors import invalid
+from streamer.input_items import (
+    CALL_TYPES,
+    OUTPUT_TYPES,
+    TEXT_PARTS,
+    normalize_input,
+    public_output_to_input,
+)
+from streamer.tools import FlatTool, ResponsesToolNames, ToolIdentity
+
+__all__ = ["LoweringOptions", "lower", "normalize_input", "public_output_to_input"]
+
+_SYSTEM_ROLES = ("system", "developer")
+_CHAT_DETAILS = ("auto", "low", "high")
+
+
+@dataclass(frozen=True)
+class LoweringOptions:
+    model: str | None = None
+    """Overrides the client's model for the backend."""
+    replay_reasoning: bool = True
+    """Replay readable reasoning as `reasoning_content` (some backends require it, some reject it)."""
+    max_tokens_field: Literal["max_tokens", "max_completion_tokens"] = "max_tokens"
+
+
+def lower(
+    request: Mapping[str, Any],
+    items: list[dict[str, Any]],
+    names: ResponsesToolNames,
+    options: LoweringOptions = LoweringOptions(),
+) -> dict[str, Any]:
+    """The Chat Completions request for `request`, whose effective input is `items`.
+
+    `items` already holds any history prepended for `previous_response_id`; it is
+    re-normalised here (idempotent), so raw lists are safe too.
+    """
+    chat: dict[str, Any] = {}
+    model = options.model or request.get("model")
+    if model:
+        chat["model"] = model
+    chat["messages"] = _messages(request, normalize_input(items), names, options)
+    chat.update(_tools(request, names))
+    chat.update(_sampling(request, options))
+    chat["stream"] = True
+    chat["stream_options"] = {"include_usage": True}
+    return chat
+
+
+# -- messages -----------------------------------------------------------------------------
+
+
+class _Messages:
+    """Builds the chat message list; holds the one assistant message still open."""
+
+    def __init__(self, names: ResponsesToolNames, replay_reasoning: bool) -> None:
+        self.names = names
+        self.replay_reasoning = replay_reasoning
+        self.out: list[dict[str, Any]] = []
+        self.texts: list[str] | None = None  # the open assistant message's text pieces
+        self.calls: list[dict[str, Any]] = []
+        self.reasoning: list[str] = []
+        self.search_ids: deque[str] = deque()  # synthesised ids of call_id-less searches
+        self.by_identity: dict[ToolIdentity, FlatTool] = {t.identity: t for t in names.tools}
+
+    def open(self) -> list[str]:
+        if self.texts is None:
+            self.texts = []
+        return self.texts
+
+    def close(self) -> None:
+        """Ends the open assistant message, if any; unattached reasoning is dropped."""
+        if self.texts is not None:
+            text = "\n".join(self.texts)
+            msg: dict[str, Any] = {"role": "assistant"}
+            msg["content"] = text if text or not self.calls else None
+            if self.calls:
+                msg["tool_calls"] = self.calls
+            if self.reasoning:
+                msg["reasoning_content"] = "\n\n".join(self.reasoning)
+            self.out.append(msg)
+        self.texts, self.calls, self.reasoning = None, [], []
+
+    def add(self, index: int, item: dict[str, Any]) -> None:
+        kind = item.get("type", "item_reference")
+        if kind == "message":
+            self.message(item)
+        elif kind in CALL_TYPES:
+            self.open()
+            self.calls.append(self.tool_call(index, item))
+        elif kind in OUTPUT_TYPES:
+            call_id = item.get("call_id")
+            if not call_id and kind == "tool_search_output" and self.search_ids:
+                call_id = self.search_ids.popleft()
+            if not call_id:
+                return  # a result with nothing to answer: its tools are still callable
+            self.close()
+            self.out.append({"role": "tool", "tool_call_id": call_id, "content": self.result(item)})
+        elif kind == "reasoning":
+            text = _reasoning_text(item)
+            if text and self.replay_reasoning:
+                self.reasoning.append(text)  # attaches to the next assistant message
+
+    def message(self, item: dict[str, Any]) -> None:
+        role, content = item["role"], item["content"]
+        if role == "assistant":
+            self.open().append(_text(content))
+            return
+        self.close()
+        if role in _SYSTEM_ROLES:
+            self.out.append({"role": "system", "content": _text(content)})
+        else:
+            self.out.append({"role": "user", "content": _user_content(content)})
+
+    def tool_call(self, index: int, item: dict[str, Any]) -> dict[str, Any]:
+        kind = item["type"]
+        raw = item.get("arguments")
+        if kind == "function_call":
+            flat = self.names.encode(item.get("namespace") or None, item["name"], "function")
+            arguments = raw or ""
+        elif kind == "custom_tool_call":
+            flat = self.names.encode(item.get("namespace") or None, item["name"], "custom")
+            arguments = _json({"input": item.get("input") or ""}, f"input[{index}].input")
+        else:  # tool_search_call
+            flat = self.search_name()
+            path = f"input[{index}].arguments"
+            arguments = raw if isinstance(raw, str) else _json(raw or {}, path)
+        if not arguments.strip():
+            arguments = "{}"  # vLLM parses replayed arguments as JSON
+        call_id = item.get("call_id")
+        if not call_id:  # server-executed search carries none; pair it with its output
+            call_id = f"tool_search_{index}"
+            self.search_ids.append(call_id)
+        function = {"name": flat, "arguments": arguments}
+        return {"id": call_id, "type": "function", "function": function}
+
+    def search_name(self) -> str:
+        for tool in self.names.tools:
+            if tool.identity.kind == "tool_search":
+                return tool.name
+        return self.names.encode(None, "tool_search", "tool_search")
+
+    def result(self, item: dict[str, Any]) -> str:
+        if item["type"] == "tool_search_output":
+            return self.loaded_tools(item.get("tools") or [])
+        output = item["output"]
+        if isinstance(output, str):
+            return output
+        return "\n".join(_part_text(p) for p in output)
+
+    def loaded_tools(self, tools: list[Any]) -> str:
+        """What a tool search found, as the flat names the backend can now call."""
+        lines: list[str] = []
+        for tool in tools:
+            if not isinstance(tool, dict):
+                continue
+            if tool.get("type") == "namespace":
+                ns, members = tool.get("name"), tool.get("tools")
+                if isinstance(ns, str) and isinstance(members, list):
+                    lines.extend(self.tool_line(ns, m) for m in members if isinstance(m, dict))
+            else:
+                lines.append(self.tool_line(None, tool))
+        lines = [line for line in lines if line]
+        if not lines:
+            return "No tools were loaded."
+        return "Loaded tools, now callable:\n" + "\n".join(lines)
+
+    def tool_line(self, namespace: str | None, tool: dict[str, Any]) -> str:
+        kind, name = tool.get("type"), tool.get("name")
+        if kind not in ("function", "custom") or not isinstance(name, str) or not name:
+            return ""  # hosted tools are not callable through the backend
+        flat_tool = self.by_identity.get(ToolIdentity(namespace, name, kind))
+        if flat_tool is not None:
+            flat, description = flat_tool.name, flat_tool.description
+        else:
+            flat, description = self.names.encode(namespace, name, kind), tool.get("description")
+        return f"- {flat}: {description}" if description else f"- {flat}"
+
+
+def _messages(
+    request: Mapping[str, Any],
+    items: list[dict[str, Any]],
+    names: ResponsesToolNames,
+    options: LoweringOptions,
+) -> list[dict[str, Any]]:
+    builder = _Messages(names, options.replay_reasoning)
+    instructions = request.get("instructions")
+    if instructions is not None and not isinstance(instructions, str):
+        raise invalid("Invalid type for 'instructions': expected a string.", "instructions")
+    if instructions:
+        builder.out.append({"role": "system", "content": instructions})
+    for index, item in enumerate(items):
+        builder.add(index, item)
+    builder.close()
+    return builder.out
+
+
+def _json(value: Any, param: str) -> str:
+    try:
+        return orjson.dumps(value).decode()
+    except orjson.JSONEncodeError as exc:  # >64-bit integers, lone surrogates
+        raise invalid(f"Invalid value for '{param}': {exc}.", param) from None
+
+
+def _text(content: str | list[dict[str, Any]]) -> str:
+    if isinstance(content, str):
+        return content
+    return "\n".join(_part_text(p) for p in content)
+
+
+def _part_text(part: dict[str, Any]) -> str:
+    """A content part as text: its text, or a short note for what text cannot carry."""
+    kind = part["type"]
+    if kind in TEXT_PARTS:
+        return part["text"]
+    if kind == "refusal":
+        return part["refusal"]
+    if kind == "input_image":
+        url = part.get("image_url")
+        if url and not url.startswith("data:"):
+            return f"[image: {url}]"
+        return f"[image omitted: file {part['file_id']}]" if not url else "[image omitted]"
+    name = part.get("filename") or part.get("file_id") or part.get("file_url")
+    return f"[file omitted: {name}]" if name else "[file omitted]"
+
+
+def _user_content(content: str | list[dict[str, Any]]) -> str | list[dict[str, Any]]:
+    if isinstance(content, str):
+        return content
+    lowered = [_user_part(p) for p in content]
+    if all(p["type"] == "text" for p in lowered):
+        return "\n".join(p["text"] for p in lowered)
+    return lowered
+
+
+def _user_part(part: dict[str, Any]) -> dict[str, Any]:
+    kind = part["type"]
+    if kind == "input_image" and part.get("image_url"):
+        image: dict[str, Any] = {"url": part["image_url"]}
+        detail = part.get("detail")
+        if detail in _CHAT_DETAILS:
+            image["detail"] = detail
+        elif detail == "original":
+            image["detail"] = "high"  # Chat's closest level
+        return {"type": "image_url", "image_url": image}
+    if kind == "input_file" and (part.get("file_id") or part.get("file_data")):
+        file = {k: part[k] for k in ("file_id", "file_data", "filename") if part.get(k)}
+        return {"type": "file", "file": file}
+    return {"type": "text", "text": _part_text(part)}
+
+
+def _reasoning_text(item: dict[str, Any]) -> str:
+    """Readable reasoning: `reasoning_text` content, else the summaries; "" if encrypted only."""
+    for field, kind, sep in (
+        ("content", "reasoning_text", "\n"),
+        ("summary", "summary_text", "\n\n"),
+    ):
+        parts = item.get(field)
+        if isinstance(parts, list):
+            texts = [
+                p["text"]
+                for p in parts
+                if isinstance(p, dict) and p.get("type") == kind and isinstance(p.get("text"), str)
+            ]
+            text = sep.join(t for t in texts if t)
+            if text:
+                return text
+    return ""
+
+
+# -- tools and sampling -------------------------------------------------------------------
+
+
+def _tools(request: Mapping[str, Any], names: ResponsesToolNames) -> dict[str, Any]:
+    choice = names.resolve_choice(request.get("tool_choice"))  # 400s even with no tools
+    tools = names.tools
+    tool_choice: Any = choice.mode
+    if choice.allowed is not None:
+        if len(choice.allowed) == 1 and choice.mode == "required":
+            tool_choice = {"type": "function", "function": {"name": choice.allowed[0]}}
+        else:  # filtering the list is the one form of allowed_tools every backend accepts
+            allowed = set(choice.allowed)
+            tools = [t for t in tools if t.name in allowed]
+    if not tools:
+        return {}
+    out: dict[str, Any] = {"tools": [_chat_tool(t) for t in tools], "tool_choice": tool_choice}
+    parallel = request.get("parallel_tool_calls")
+    if isinstance(parallel, bool):
+        out["parallel_tool_calls"] = parallel
+    return out
+
+
+def _chat_tool(tool: FlatTool) -> dict[str, Any]:
+    function: dict[str, Any] = {"name": tool.name}
+    if tool.description is not None:
+        function["description"] = tool.description
+    if tool.parameters is not None:
+        function["parameters"] = tool.parameters
+    if tool.strict is not None:
+        function["strict"] = tool.strict
+    return {"type": "function", "function": function}
+
+
+def _sampling(request: Mapping[str, Any], options: LoweringOptions) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    if request.get("max_output_tokens") is not None:
+        out[options.max_tokens_field] = request["max_output_tokens"]
+    for key in ("temperature", "top_p"):
+        if request.get(key) is not None:
+            out[key] = request[key]
+    text = request.get("text")
+    if isinstance(text, Mapping):
+        response_format = _response_format(text.get("format"))
+        if response_format is not None:
+            out["response_format"] = response_format
+    reasoning = request.get("reasoning")
+    if isinstance(reasoning, Mapping) and isinstance(reasoning.get("effort"), str):
+        out["reasoning_effort"] = reasoning["effort"]
+    return out
+
+
+def _response_format(fmt: Any) -> dict[str, Any] | None:
+    if not isinstance(fmt, Mapping):
+        return None
+    if fmt.get("type") == "json_object":
+        return {"type": "json_object"}
+    if fmt.get("type") != "json_schema":
+        return None  # "text" is Chat's default; anything else has no Chat form
+    if not isinstance(fmt.get("schema"), Mapping):
+        raise invalid(
+            "Missing required parameter: 'text.format.schema' (an object).", "text.format.schema"
+        )
+    schema = {"name": fmt.get("name") or "response", "schema": fmt["schema"]}
+    for key in ("strict", "description"):
+        if fmt.get(key) is not None:
+            schema[key] = fmt[key]
+    return {"type": "json_schema", "json_schema": schema}

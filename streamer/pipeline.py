@@ -1,0 +1,162 @@
+"""One request through the gateway: names -> lowering -> upstream -> streamer -> events.
+
+`prepare` is pure: it validates the client's request, builds the tool map once, lowers
+the request for the backend and builds the `OutputItemStreamer`. `stream_events` runs
+the turn against an upstream and yields batches of encoded events; `collect` is the
+same run for non-streaming requests. Every frontend goes through these three.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from .deltas import Delta
+from .errors import RequestError, invalid
+from .events import Event
+from .lowering import LoweringOptions, lower, normalize_input
+from .output import OutputItemStreamer
+from .response import new_response
+from .tools import NamingConfig, ResponsesToolNames
+
+log = logging.getLogger("streamer.pipeline")
+
+
+class UpstreamStream(Protocol):
+    def __aiter__(self) -> AsyncIterator[list[Delta]]: ...
+    async def aclose(self) -> None: ...
+
+
+class Upstream(Protocol):
+    """What the pipeline needs of a backend client (see streamer/upstream/chat.py)."""
+
+    async def open(
+        self, chat_request: dict[str, Any], *, headers: dict[str, str] | None = None
+    ) -> UpstreamStream: ...
+
+
+@dataclass(frozen=True, slots=True)
+class TurnOptions:
+    """Per-gateway settings that shape every turn."""
+
+    naming: NamingConfig = field(default_factory=NamingConfig)
+    lowering: LoweringOptions = field(default_factory=LoweringOptions)
+    max_input_items: int = 10_000
+
+
+@dataclass(slots=True)
+class Turn:
+    """Everything one response needs, built once per request."""
+
+    request: dict[str, Any]
+    items: list[dict[str, Any]]  # the effective input: history, then the new items
+    names: ResponsesToolNames
+    chat_request: dict[str, Any]
+    streamer: OutputItemStreamer
+    headers: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def response(self) -> dict[str, Any]:
+        return self.streamer.response
+
+
+_TYPES: tuple[tuple[str, type | tuple[type, ...], str], ...] = (
+    ("model", str, "a string"),
+    ("instructions", str, "a string"),
+    ("tools", list, "an array"),
+    ("tool_choice", (str, dict), "a string or an object"),
+    ("stream", bool, "a boolean"),
+    ("store", bool, "a boolean"),
+    ("background", bool, "a boolean"),
+    ("parallel_tool_calls", bool, "a boolean"),
+    ("previous_response_id", str, "a string"),
+    ("metadata", dict, "an object"),
+    ("text", dict, "an object"),
+    ("reasoning", dict, "an object"),
+    ("max_output_tokens", int, "an integer"),
+    ("temperature", (int, float), "a number"),
+    ("top_p", (int, float), "a number"),
+)
+
+
+def validate_request(body: Any, *, model_required: bool = True) -> dict[str, Any]:
+    """Top-level shape checks with OpenAI's messages and `param` names."""
+    if not isinstance(body, dict):
+        raise invalid("The request body must be a JSON object.")
+    for name, kind, what in _TYPES:
+        value = body.get(name)
+        if value is None:
+            continue
+        if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
+            raise invalid(f"Invalid type for '{name}': expected {what}.", name, "invalid_type")
+    if model_required and not body.get("model"):
+        raise invalid("Missing required parameter: 'model'.", "model", "missing_required_parameter")
+    if body.get("previous_response_id") and body.get("conversation"):
+        raise invalid(
+            "'previous_response_id' cannot be used together with 'conversation'.",
+            "previous_response_id",
+        )
+    return body
+
+
+def prepare(
+    request: dict[str, Any],
+    options: TurnOptions,
+    *,
+    history: Sequence[Mapping[str, Any]] = (),
+    response_id: str | None = None,
+) -> Turn:
+    """Validate and lower one request. `history` is the continued response's input+output."""
+    validate_request(request, model_required=options.lowering.model is None)
+    new_items = normalize_input(request.get("input", []))
+    items = [*history, *new_items] if history else new_items
+    if len(items) > options.max_input_items:
+        raise invalid(
+            f"Too many input items: {len(items)} (at most {options.max_input_items}).", "input"
+        )
+    names = ResponsesToolNames.convert(request.get("tools"), items, config=options.naming)
+    chat_request = lower(request, items, names, options.lowering)
+    response = new_response(request, response_id=response_id)
+    return Turn(request, items, names, chat_request, OutputItemStreamer(names, response))
+
+
+async def stream_events(turn: Turn, upstream: Upstream) -> AsyncIterator[list[Event]]:
+    """Run the turn; yield one batch of events per upstream read.
+
+    The upstream is opened before the first event, so that a backend that refuses the
+    request (4xx/5xx, unreachable) surfaces as a `RequestError` with nothing sent yet.
+    Closing this generator (the client went away) closes the backend request at once.
+    """
+    streamer = turn.streamer
+    stream = await upstream.open(turn.chat_request, headers=turn.headers or None)
+    try:
+        yield streamer.start()
+        async for deltas in stream:
+            events = streamer.feed(deltas)
+            if events:
+                yield events
+            if streamer.done:
+                return
+        yield streamer.finish()
+    except RequestError as exc:
+        yield streamer.fail(exc.code or "server_error", exc.message)
+    except Exception:
+        # A bug must still end the stream well-formed, never as a torn connection.
+        log.exception("turn %s failed", turn.response["id"])
+        yield streamer.fail("server_error", "The gateway failed while streaming the response.")
+    finally:
+        await stream.aclose()
+
+
+async def collect(turn: Turn, upstream: Upstream) -> dict[str, Any]:
+    """A non-streaming request: the same run, events dropped, the final response kept."""
+    async for _ in stream_events(turn, upstream):
+        pass
+    return turn.response
+
+
+def warmup(turn: Turn) -> list[Event]:
+    """WebSocket `generate:false`: created then completed, empty output, no backend call."""
+    return turn.streamer.start(in_progress=False) + turn.streamer.finish()

@@ -1,0 +1,83 @@
+"""Routes over stored responses: GET, DELETE, input_items, cancel, and stream resume."""
+
+from __future__ import annotations
+
+from aiohttp import web
+
+from .background import follow
+from .errors import RequestError, invalid
+from .gateway import GATEWAY
+from .http import json_response
+
+
+def _not_found(response_id: str) -> RequestError:
+    return RequestError(
+        f"Response with id '{response_id}' not found.", status=404, param="response_id",
+        code="not_found",
+    )
+
+
+def _int_arg(request: web.Request, name: str, default: int) -> int:
+    raw = request.query.get(name)
+    if raw is None:
+        return default
+    try:
+        return int(raw)
+    except ValueError:
+        raise invalid(f"Invalid '{name}': expected an integer.", name, "invalid_type") from None
+
+
+async def get_response(request: web.Request) -> web.StreamResponse:
+    """GET /v1/responses/{id}; with `stream=true`, replay after `starting_after` and follow."""
+    gateway = request.app[GATEWAY]
+    response_id = request.match_info["id"]
+    response = await gateway.store.get_response(response_id)
+    if response is None:
+        raise _not_found(response_id)
+    if request.query.get("stream", "").lower() not in ("true", "1"):
+        return json_response(response)
+    if not response.get("background"):
+        raise invalid("Only background responses can be streamed again.", "stream")
+    after = _int_arg(request, "starting_after", -1)
+    return await follow(request, gateway.store, response_id, after=after)
+
+
+async def delete_response(request: web.Request) -> web.Response:
+    gateway = request.app[GATEWAY]
+    response_id = request.match_info["id"]
+    if not await gateway.store.delete(response_id):
+        raise _not_found(response_id)
+    return json_response({"id": response_id, "object": "response", "deleted": True})
+
+
+async def list_input_items(request: web.Request) -> web.Response:
+    gateway = request.app[GATEWAY]
+    response_id = request.match_info["id"]
+    limit = _int_arg(request, "limit", 20)
+    if not 1 <= limit <= 100:
+        raise invalid("Invalid 'limit': expected an integer between 1 and 100.", "limit")
+    order = request.query.get("order", "desc")
+    if order not in ("asc", "desc"):
+        raise invalid("Invalid 'order': expected 'asc' or 'desc'.", "order")
+    page = await gateway.store.input_items(
+        response_id, limit=limit, order=order, after=request.query.get("after")  # type: ignore[arg-type]
+    )
+    if page is None:
+        raise _not_found(response_id)
+    return json_response(page)
+
+
+async def cancel_response(request: web.Request) -> web.Response:
+    gateway = request.app[GATEWAY]
+    response_id = request.match_info["id"]
+    response = await gateway.background.cancel(response_id)
+    if response is None:
+        raise _not_found(response_id)
+    return json_response(response)
+
+
+def add_routes(app: web.Application) -> None:
+    app.router.add_get("/v1/responses/{id}", get_response)
+    app.router.add_delete("/v1/responses/{id}", delete_response)
+    app.router.add_get("/v1/responses/{id}/input_items", list_input_items)
+    app.router.add_post("/v1/responses/{id}/cancel", cancel_response)

@@ -1,0 +1,141 @@
+"""Server-sent events: an incremental decoder for backend streams and the encoder for ours.
+
+The decoder follows the WHATWG event-stream rules (`\\n`, `\\r\\n` and `\\r` line ends,
+`data:` lines joined by `\\n`, comments, a leading BOM stripped, `id`/`retry` ignored)
+with one leniency: `close()` dispatches an event left unterminated at end of stream,
+because a backend that drops the final blank line still meant its last chunk.
+
+It works on bytes and decodes each event's data once: line ends are ASCII, so a chunk
+boundary inside a UTF-8 sequence can only fall inside a pending line, never across a
+decoded one.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import NamedTuple
+
+from .events import Event
+
+_BOM = b"\xef\xbb\xbf"
+DEFAULT_MAX_SIZE = 16 * 1024 * 1024
+
+
+class SSEMessage(NamedTuple):
+    event: str | None
+    data: str
+
+
+class SSEError(ValueError):
+    """The stream broke a limit (an event or a line larger than `max_size`)."""
+
+
+class SSEDecoder:
+    """Feed raw bytes as they arrive; get back the events completed by each chunk."""
+
+    __slots__ = ("_buf", "_data", "_data_size", "_event", "_first", "_skip_lf", "max_size")
+
+    def __init__(self, max_size: int = DEFAULT_MAX_SIZE) -> None:
+        self.max_size = max_size
+        self._buf = bytearray()  # the pending partial line, already free of \r
+        self._data: list[bytes] = []  # data lines of the event being built
+        self._data_size = 0
+        self._event: bytes | None = None
+        self._skip_lf = False  # the previous chunk ended in \r: a leading \n belongs to it
+        self._first = True  # the next complete line is the stream's first (BOM check)
+
+    def feed(self, chunk: bytes) -> list[SSEMessage]:
+        if self._skip_lf and chunk:
+            self._skip_lf = False
+            if chunk[0] == 10:
+                chunk = chunk[1:]
+        if not chunk:
+            return []
+        if b"\r" in chunk:  # slow path: normalise every line end to \n
+            self._skip_lf = False
+            chunk = chunk.replace(b"\r\n", b"\n").replace(b"\r", b"\n")
+        end = chunk.rfind(b"\n")
+        if end < 0:
+            self._buf += chunk
+            if len(self._buf) > self.max_size:
+                raise SSEError(f"an event-stream line exceeded {self.max_size} bytes")
+            return []
+        if self._buf:
+            self._buf += chunk[:end]
+            block = bytes(self._buf)
+            self._buf.clear()
+        else:
+            block = chunk[:end]
+        if end + 1 < len(chunk):
+            self._buf += chunk[end + 1 :]
+        return self._lines(block.split(b"\n"))
+
+    def close(self) -> list[SSEMessage]:
+        """End of stream: finish the pending line and dispatch an unterminated event."""
+        lines = [bytes(self._buf)] if self._buf else []
+        self._buf.clear()
+        self._skip_lf = False
+        return self._lines([*lines, b""])
+
+    def _lines(self, lines: list[bytes]) -> list[SSEMessage]:
+        out: list[SSEMessage] = []
+        if self._first and lines:
+            self._first = False
+            if lines[0].startswith(_BOM):
+                lines[0] = lines[0][3:]
+        data = self._data
+        for line in lines:
+            if not line:
+                if data:
+                    event = self._event.decode("utf-8", "replace") if self._event else None
+                    raw = data[0] if len(data) == 1 else b"\n".join(data)
+                    out.append(SSEMessage(event, raw.decode("utf-8", "replace")))
+                    data.clear()
+                    self._data_size = 0
+                self._event = None
+                continue
+            if line.startswith(b"data:"):
+                value = line[6:] if line[5:6] == b" " else line[5:]
+            elif line[0] == 58:  # ":" comment
+                continue
+            else:
+                name, colon, value = line.partition(b":")
+                if colon and value[:1] == b" ":
+                    value = value[1:]
+                if name != b"data":
+                    if name == b"event":
+                        self._event = value
+                    continue  # id, retry and unknown fields are ignored
+            data.append(value)
+            self._data_size += len(value) + 1
+            if self._data_size > self.max_size:
+                raise SSEError(f"an event-stream event exceeded {self.max_size} bytes")
+        return out
+
+
+_prefixes: dict[str, bytes] = {}
+
+
+def _prefix(type_: str) -> bytes:
+    prefix = _prefixes.get(type_)
+    if prefix is None:
+        prefix = b"event: " + type_.encode() + b"\ndata: "
+        if len(_prefixes) < 1024:  # event types are a small closed set; never grow unbounded
+            _prefixes[type_] = prefix
+    return prefix
+
+
+def encode(event: Event) -> bytes:
+    """One event as `event: <type>\\ndata: <json>\\n\\n` (the JSON is already one line)."""
+    return _prefix(event.type) + event.data + b"\n\n"
+
+
+def encode_many(events: Iterable[Event]) -> bytes:
+    """Several events as one buffer, for a single write per backend read."""
+    parts: list[bytes] = []
+    append = parts.append
+    for event in events:
+        append(_prefix(event.type))
+        append(event.data)
+        append(b"\n\n")
+    return b"".join(parts)

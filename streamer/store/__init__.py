@@ -1,0 +1,46 @@
+"""Stored responses: one interface, an in-memory store (the default) and a Redis store."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .base import (
+    TERMINAL_EVENT_TYPES,
+    ResponseStore,
+    StoredResponse,
+    StoreUnavailable,
+    is_terminal,
+    with_item_ids,
+)
+from .memory import MemoryStore
+
+__all__ = [
+    "TERMINAL_EVENT_TYPES",
+    "MemoryStore",
+    "ResponseStore",
+    "StoreUnavailable",
+    "StoredResponse",
+    "is_terminal",
+    "open_store",
+    "with_item_ids",
+]
+
+_REDIS_SCHEMES = ("redis://", "rediss://", "unix://")
+
+
+def open_store(spec: str | None, **options: Any) -> ResponseStore:
+    """`None`/`"memory"` -> MemoryStore, `redis://host:port/db` -> RedisStore.
+
+    `options` go to the store's constructor (e.g. `ttl_seconds`, `key_prefix`).
+    """
+    if spec is None or spec in ("memory", "memory://"):
+        return MemoryStore(**options)
+    if spec.startswith(_REDIS_SCHEMES):
+        try:
+            from .redis_store import RedisStore  # lazy: the package works without redis
+        except ImportError as exc:  # pragma: no cover - depends on the environment
+            raise RuntimeError(
+                "the Redis store needs the redis package: pip install 'streamer[redis]'"
+            ) from exc
+        return RedisStore(spec, **options)
+    raise ValueError(f"unknown store {spec!r}: use 'memory' or redis://host:port/db")

@@ -1,0 +1,168 @@
+"""The response store interface, its record type and the small pure helpers both stores share."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import AsyncIterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal, Protocol, runtime_checkable
+
+import orjson
+
+Order = Literal["asc", "desc"]
+
+# Event types after which a response stream carries nothing more. `error` counts: a bare
+# `error` event ends a stream that may never see `response.failed`.
+TERMINAL_EVENT_TYPES = frozenset(
+    {
+        "response.completed",
+        "response.incomplete",
+        "response.failed",
+        "response.cancelled",
+        "error",
+    }
+)
+
+# Id prefixes for input items stored without an id (input_items pages need a cursor).
+_ITEM_PREFIXES = {
+    "message": "msg",
+    "function_call": "fc",
+    "function_call_output": "fco",
+    "custom_tool_call": "ctc",
+    "custom_tool_call_output": "ctco",
+    "reasoning": "rs",
+    "tool_search_call": "tsc",
+    "tool_search_output": "tso",
+    "additional_tools": "at",
+    "compaction": "cmp",
+}
+
+
+class StoreUnavailable(Exception):
+    """The store cannot be reached or did not answer in time (the shell answers 503)."""
+
+
+@dataclass(slots=True)
+class StoredResponse:
+    """What a stored response keeps. `names` is `ResponsesToolNames.to_json()`, opaque here."""
+
+    response: dict[str, Any]
+    input_items: list[dict[str, Any]] = field(default_factory=list)
+    names: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def id(self) -> str:
+        return str(self.response["id"])
+
+
+@runtime_checkable
+class ResponseStore(Protocol):
+    """Stored responses, background event logs and cancellation, shared by every instance."""
+
+    async def put(self, record: StoredResponse) -> None:
+        """Create or replace; input items lacking an `id` are stored with a fresh one."""
+
+    async def get(self, response_id: str) -> StoredResponse | None: ...
+
+    async def get_response(self, response_id: str) -> dict[str, Any] | None:
+        """Only the Response object (the cheap path for GET /v1/responses/{id})."""
+
+    async def delete(self, response_id: str) -> bool:
+        """Forget the record, its events and its cancel flag; False if there was no record."""
+
+    async def input_items(
+        self,
+        response_id: str,
+        *,
+        limit: int = 20,
+        order: Order = "desc",
+        after: str | None = None,
+    ) -> dict[str, Any] | None:
+        """One `{object:"list", data, first_id, last_id, has_more}` page; None for unknown ids.
+
+        `desc` lists the newest item first; `after` is an item id and the page starts just
+        past it in the chosen order (an unknown `after` gives an empty page).
+        """
+
+    async def append_event(self, response_id: str, seq: int, data: bytes) -> None:
+        """Log one encoded event. Seqs must increase; a seq at or below the last one, or any
+        append after the stream ended, is ignored (so retries are harmless)."""
+
+    def events(self, response_id: str, *, after: int = -1) -> AsyncIterator[tuple[int, bytes]]:
+        """Logged events with seq > `after`, then live ones, ending after the terminal event
+        or `end_events`. Ends at once if neither a record nor a log exists for the id."""
+        ...
+
+    async def end_events(self, response_id: str) -> None:
+        """Mark the log finished so followers stop even without a terminal event."""
+
+    async def request_cancel(self, response_id: str) -> None: ...
+
+    async def wait_cancel(self, response_id: str) -> None:
+        """Return once anyone, on any instance, asked to cancel (before or after this call)."""
+
+    async def ping(self) -> bool: ...
+
+    async def close(self) -> None: ...
+
+
+def new_item_id(item: dict[str, Any]) -> str:
+    kind = item.get("type") or ("message" if "role" in item else "item")
+    return f"{_ITEM_PREFIXES.get(kind, 'item')}_{uuid.uuid4().hex}"
+
+
+def with_item_ids(items: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The items, each with an `id`; items lacking one are copied, never mutated."""
+    return [item if item.get("id") else {**item, "id": new_item_id(item)} for item in items]
+
+
+def event_type(data: bytes) -> str | None:
+    """The `type` of an encoded event; a prefix scan first, since our encoder writes it first."""
+    head = b'{"type":"'
+    if data.startswith(head):
+        end = data.find(b'"', len(head))
+        if end > 0:
+            return data[len(head) : end].decode()
+    try:
+        value = orjson.loads(data)
+    except orjson.JSONDecodeError:
+        return None
+    return value.get("type") if isinstance(value, dict) else None
+
+
+def is_terminal(data: bytes) -> bool:
+    return event_type(data) in TERMINAL_EVENT_TYPES
+
+
+def check_page_args(limit: int, order: str) -> None:
+    if limit < 1:
+        raise ValueError("limit must be at least 1")
+    if order not in ("asc", "desc"):
+        raise ValueError("order must be 'asc' or 'desc'")
+
+
+def list_page(data: list[dict[str, Any]], has_more: bool) -> dict[str, Any]:
+    return {
+        "object": "list",
+        "data": data,
+        "first_id": data[0].get("id") if data else None,
+        "last_id": data[-1].get("id") if data else None,
+        "has_more": has_more,
+    }
+
+
+def page_items(
+    items: Sequence[dict[str, Any]], *, limit: int, order: Order, after: str | None
+) -> dict[str, Any]:
+    """Page over items kept in input order (the reference the Redis store's arithmetic matches)."""
+    check_page_args(limit, order)
+    ordered = list(reversed(items)) if order == "desc" else list(items)
+    start = 0
+    if after is not None:
+        # The first item carrying the id, in input order (duplicates are the client's doing).
+        index = next((i for i, item in enumerate(items) if item.get("id") == after), None)
+        if index is None:
+            return list_page([], False)
+        start = len(items) - index if order == "desc" else index + 1
+    chunk = ordered[start : start + limit + 1]
+    return list_page(chunk[:limit], len(chunk) > limit)

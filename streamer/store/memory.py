@@ -1,0 +1,258 @@
+"""The in-process store: bounded by count and bytes, with a TTL, oldest written evicted first.
+
+Records are kept as orjson bytes, so the byte bound measures what is really held and every
+read hands out a fresh copy (the same isolation the Redis store gives).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import bisect
+import time
+from collections import OrderedDict
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+
+from .base import Order, StoredResponse, is_terminal, page_items, with_item_ids
+
+MiB = 1024 * 1024
+_ENTRY_OVERHEAD = 256  # dict slots, keys and bookkeeping, roughly
+_EVENT_OVERHEAD = 64
+
+
+class _Log:
+    """One background response's events, plus a wake-up for its followers."""
+
+    __slots__ = ("changed", "done", "events", "size")
+
+    def __init__(self) -> None:
+        self.events: list[tuple[int, bytes]] = []
+        self.done = False
+        self.size = 0
+        self.changed = asyncio.Event()
+
+    def wake(self) -> None:
+        # A fresh Event per change: followers wait on the one they saw, no lock needed.
+        old, self.changed = self.changed, asyncio.Event()
+        old.set()
+
+    def finish(self) -> None:
+        self.done = True
+        self.wake()
+
+
+@dataclass(slots=True)
+class _Entry:
+    expires: float
+    response: bytes | None = None  # None: only an event log exists so far
+    items: bytes = b"[]"
+    names: bytes = b"{}"
+    log: _Log | None = None
+    size: int = 0
+
+    def measure(self) -> int:
+        record = len(self.response or b"") + len(self.items) + len(self.names)
+        return _ENTRY_OVERHEAD + record + (self.log.size if self.log else 0)
+
+
+@dataclass(slots=True)
+class _Cancel:
+    expires: float
+    event: asyncio.Event = field(default_factory=asyncio.Event)
+    waiters: int = 0
+
+
+class MemoryStore:
+    """A single gateway's store. Eviction and expiry also end the evicted event logs."""
+
+    def __init__(
+        self,
+        max_responses: int = 10_000,
+        max_bytes: int = 256 * MiB,
+        ttl_seconds: float = 3600.0,
+        *,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.max_responses = max_responses
+        self.max_bytes = max_bytes
+        self.ttl_seconds = ttl_seconds
+        self._clock = clock
+        self._entries: OrderedDict[str, _Entry] = OrderedDict()
+        self._cancels: OrderedDict[str, _Cancel] = OrderedDict()
+        self._bytes = 0
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    @property
+    def bytes_used(self) -> int:
+        return self._bytes
+
+    # -- records ---------------------------------------------------------------------------
+
+    async def put(self, record: StoredResponse) -> None:
+        response_id = record.id
+        entry = self._live(response_id) or self._insert(response_id)
+        entry.response = orjson.dumps(record.response)
+        entry.items = orjson.dumps(with_item_ids(record.input_items))
+        entry.names = orjson.dumps(record.names)
+        self._written(response_id, entry)
+
+    async def get(self, response_id: str) -> StoredResponse | None:
+        entry = self._live(response_id)
+        if entry is None or entry.response is None:
+            return None
+        return StoredResponse(
+            orjson.loads(entry.response), orjson.loads(entry.items), orjson.loads(entry.names)
+        )
+
+    async def get_response(self, response_id: str) -> dict[str, Any] | None:
+        entry = self._live(response_id)
+        if entry is None or entry.response is None:
+            return None
+        return orjson.loads(entry.response)
+
+    async def delete(self, response_id: str) -> bool:
+        entry = self._live(response_id)
+        cancel = self._cancels.get(response_id)
+        if cancel is not None and cancel.waiters == 0:
+            del self._cancels[response_id]
+        if entry is None:
+            return False
+        self._drop(response_id)
+        return entry.response is not None
+
+    async def input_items(
+        self,
+        response_id: str,
+        *,
+        limit: int = 20,
+        order: Order = "desc",
+        after: str | None = None,
+    ) -> dict[str, Any] | None:
+        entry = self._live(response_id)
+        if entry is None or entry.response is None:
+            return None
+        return page_items(orjson.loads(entry.items), limit=limit, order=order, after=after)
+
+    # -- background event logs -------------------------------------------------------------
+
+    async def append_event(self, response_id: str, seq: int, data: bytes) -> None:
+        if seq < 0:
+            raise ValueError("seq must be >= 0")
+        entry = self._live(response_id) or self._insert(response_id)
+        log = entry.log = entry.log or _Log()
+        if log.done or (log.events and seq <= log.events[-1][0]):
+            return
+        log.events.append((seq, data))
+        log.size += len(data) + _EVENT_OVERHEAD
+        if is_terminal(data):
+            log.done = True
+        log.wake()
+        self._written(response_id, entry)
+
+    async def events(
+        self, response_id: str, *, after: int = -1
+    ) -> AsyncIterator[tuple[int, bytes]]:
+        entry = self._live(response_id)
+        if entry is None:
+            return
+        log = entry.log = entry.log or _Log()
+        # Our own reference: eviction finishes the log, which wakes and ends this follower.
+        i = bisect.bisect_right(log.events, after, key=lambda event: event[0])
+        while True:
+            while i < len(log.events):
+                yield log.events[i]
+                i += 1
+            if log.done:
+                return
+            await log.changed.wait()
+
+    async def end_events(self, response_id: str) -> None:
+        entry = self._live(response_id)
+        if entry is not None:
+            entry.log = entry.log or _Log()
+            entry.log.finish()
+
+    # -- cancellation ----------------------------------------------------------------------
+
+    async def request_cancel(self, response_id: str) -> None:
+        cancel = self._cancel(response_id)
+        cancel.expires = self._clock() + self.ttl_seconds
+        self._cancels.move_to_end(response_id)
+        cancel.event.set()
+        self._trim_cancels()
+
+    async def wait_cancel(self, response_id: str) -> None:
+        cancel = self._cancel(response_id)
+        cancel.waiters += 1
+        try:
+            await cancel.event.wait()
+        finally:
+            cancel.waiters -= 1
+            unused = cancel.waiters == 0 and not cancel.event.is_set()
+            if unused and self._cancels.get(response_id) is cancel:
+                del self._cancels[response_id]
+
+    async def ping(self) -> bool:
+        return True
+
+    async def close(self) -> None:
+        # Nothing else in this process will append: let every follower finish.
+        for entry in self._entries.values():
+            if entry.log is not None:
+                entry.log.finish()
+
+    # -- bookkeeping -----------------------------------------------------------------------
+
+    def _live(self, response_id: str) -> _Entry | None:
+        entry = self._entries.get(response_id)
+        if entry is not None and entry.expires <= self._clock():
+            self._drop(response_id)
+            return None
+        return entry
+
+    def _insert(self, response_id: str) -> _Entry:
+        entry = self._entries[response_id] = _Entry(expires=self._clock() + self.ttl_seconds)
+        return entry
+
+    def _drop(self, response_id: str) -> None:
+        entry = self._entries.pop(response_id)
+        self._bytes -= entry.size
+        if entry.log is not None:
+            entry.log.finish()
+
+    def _written(self, response_id: str, entry: _Entry) -> None:
+        """Refresh the entry's TTL and size, then expire and evict from the oldest end."""
+        now = self._clock()
+        entry.expires = now + self.ttl_seconds
+        self._entries.move_to_end(response_id)
+        size = entry.measure()
+        self._bytes += size - entry.size
+        entry.size = size
+        # Entries are ordered by last write and share one TTL, so the oldest expire first.
+        while len(self._entries) > 1:
+            oldest_id, oldest = next(iter(self._entries.items()))
+            over = len(self._entries) > self.max_responses or self._bytes > self.max_bytes
+            if oldest.expires > now and not over:
+                break
+            # The entry just written always stays, even when it alone exceeds max_bytes.
+            self._drop(oldest_id)
+
+    def _cancel(self, response_id: str) -> _Cancel:
+        cancel = self._cancels.get(response_id)
+        if cancel is None:
+            cancel = self._cancels[response_id] = _Cancel(self._clock() + self.ttl_seconds)
+        return cancel
+
+    def _trim_cancels(self) -> None:
+        now = self._clock()
+        for response_id, cancel in list(self._cancels.items()):
+            stale = cancel.expires <= now or len(self._cancels) > self.max_responses
+            if not stale:
+                break
+            if cancel.waiters == 0:
+                del self._cancels[response_id]

@@ -1,0 +1,217 @@
+"""Chat Completions payloads -> model deltas (pure).
+
+`ChatChunkDecoder` takes the `data:` payload of one SSE event of a streamed completion;
+`decode_completion` takes a whole non-streamed completion, for backends that ignore
+`stream: true`. Both are lenient: a shape they do not know is skipped, never raised on,
+because every backend (vLLM, llama.cpp, Ollama, SGLang, LM Studio) adds its own fields.
+
+Order of deltas from one chunk: reasoning, text, refusal, tool calls, finish, usage.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+
+from ..deltas import (
+    Delta,
+    Finish,
+    ReasoningDelta,
+    RefusalDelta,
+    TextDelta,
+    ToolCallDelta,
+    UpstreamError,
+    Usage,
+)
+
+INVALID_CHUNK = "invalid_upstream_chunk"
+_SNIPPET = 120
+
+
+class ChatChunkDecoder:
+    """One per backend stream. `done` is set by `[DONE]`, `finished` by a finish reason."""
+
+    __slots__ = ("done", "finished")
+
+    def __init__(self) -> None:
+        self.done = False
+        self.finished = False
+
+    def feed(self, message_data: str | bytes, event: str | None = None) -> list[Delta]:
+        """Decode one `data:` payload; `event` is the SSE event name, if the backend sent one."""
+        if self.done:
+            return []
+        try:
+            obj = orjson.loads(message_data)
+        except orjson.JSONDecodeError:
+            if message_data.strip() in ("[DONE]", b"[DONE]"):
+                self.done = True
+                return []
+            snippet = message_data[:_SNIPPET]
+            if isinstance(snippet, bytes):
+                snippet = snippet.decode("utf-8", "replace")
+            return [
+                UpstreamError(
+                    INVALID_CHUNK, f"The backend sent malformed JSON in its stream: {snippet!r}"
+                )
+            ]
+        if not isinstance(obj, dict):
+            return []
+        error = payload_error(obj)
+        if error is None and event == "error":
+            error = UpstreamError(
+                "server_error", _text(obj.get("message")) or "The backend reported an error."
+            )
+        if error is not None:
+            return [error]
+        out: list[Delta] = []
+        choices = obj.get("choices")
+        if choices and isinstance(choices, list):
+            for choice in choices:
+                # n > 1 streams interleave choices; only the first one is ours
+                if isinstance(choice, dict) and choice.get("index", 0) in (0, None):
+                    delta = choice.get("delta")
+                    if isinstance(delta, dict):
+                        _message_deltas(delta, out)
+                    reason = choice.get("finish_reason")
+                    if reason and isinstance(reason, str):
+                        self.finished = True
+                        out.append(Finish(reason))
+                    break
+        usage = obj.get("usage")
+        if usage and isinstance(usage, dict):
+            out.append(decode_usage(usage))
+        return out
+
+
+def decode_completion(body: Any) -> list[Delta]:
+    """A whole (non-streamed) `chat.completion` as the deltas its stream would have carried."""
+    if not isinstance(body, dict):
+        return [
+            UpstreamError(
+                INVALID_CHUNK, "The backend answered with JSON that is not a chat completion."
+            )
+        ]
+    error = payload_error(body)
+    if error is not None:
+        return [error]
+    out: list[Delta] = []
+    choices = body.get("choices")
+    if isinstance(choices, list) and choices and isinstance(choices[0], dict):
+        choice = choices[0]
+        message = choice.get("message")
+        if not isinstance(message, dict):
+            message = choice.get("delta")  # some servers reuse the chunk shape
+        if isinstance(message, dict):
+            _message_deltas(message, out)
+        reason = choice.get("finish_reason")
+        if reason and isinstance(reason, str):
+            out.append(Finish(reason))
+    usage = body.get("usage")
+    if usage and isinstance(usage, dict):
+        out.append(decode_usage(usage))
+    return out
+
+
+def payload_error(obj: dict[str, Any]) -> UpstreamError | None:
+    """`{"error": {...}}`, `{"error": "text"}` or vLLM's `{"object": "error", ...}`."""
+    err = obj.get("error")
+    if err is None and obj.get("object") == "error":
+        err = obj
+    if err is None:
+        return None
+    if isinstance(err, str):
+        return UpstreamError("server_error", err or "The backend reported an error.")
+    if not isinstance(err, dict):
+        return UpstreamError("server_error", "The backend reported an error.")
+    code = err.get("code")
+    if not (isinstance(code, str) and code):
+        code = err.get("type")
+    if not (isinstance(code, str) and code):
+        code = "server_error"
+    message = _text(err.get("message")) or "The backend reported an error."
+    return UpstreamError(code, message)
+
+
+def decode_usage(usage: dict[str, Any]) -> Usage:
+    prompt = _dict(usage.get("prompt_tokens_details"))
+    completion = _dict(usage.get("completion_tokens_details"))
+    return Usage(
+        input_tokens=_int(usage.get("prompt_tokens")),
+        output_tokens=_int(usage.get("completion_tokens")),
+        cached_tokens=_int(prompt.get("cached_tokens"))
+        or _int(usage.get("prompt_cache_hit_tokens")),
+        cache_write_tokens=(
+            _int(prompt.get("cache_write_tokens"))
+            or _int(prompt.get("cache_creation_tokens"))
+            or _int(usage.get("cache_creation_input_tokens"))
+            or _int(usage.get("cache_write_tokens"))
+        ),
+        reasoning_tokens=_int(completion.get("reasoning_tokens"))
+        or _int(usage.get("reasoning_tokens")),
+    )
+
+
+def _message_deltas(delta: dict[str, Any], out: list[Delta]) -> None:
+    reasoning = delta.get("reasoning_content")
+    if not (reasoning and isinstance(reasoning, str)):
+        reasoning = delta.get("reasoning")  # vLLM >= 0.10, Ollama, OpenRouter
+    if reasoning and isinstance(reasoning, str):
+        out.append(ReasoningDelta(reasoning))
+    content = delta.get("content")
+    if content:
+        text = content if isinstance(content, str) else _parts_text(content)
+        if text:
+            out.append(TextDelta(text))
+    refusal = delta.get("refusal")
+    if refusal and isinstance(refusal, str):
+        out.append(RefusalDelta(refusal))
+    tool_calls = delta.get("tool_calls")
+    if tool_calls and isinstance(tool_calls, list):
+        for position, call in enumerate(tool_calls):
+            if isinstance(call, dict):
+                out.append(_tool_call(call, position))
+
+
+def _tool_call(call: dict[str, Any], position: int) -> ToolCallDelta:
+    index = call.get("index")
+    if not isinstance(index, int) or isinstance(index, bool):
+        index = position
+    function = _dict(call.get("function"))
+    arguments = function.get("arguments")
+    if arguments is None:
+        arguments = ""
+    elif not isinstance(arguments, str):
+        arguments = orjson.dumps(arguments).decode()  # Ollama sends an object, not a string
+    call_id = call.get("id")
+    name = function.get("name")
+    return ToolCallDelta(
+        index=index,
+        id=call_id if isinstance(call_id, str) and call_id else None,
+        name=name if isinstance(name, str) and name else None,
+        arguments=arguments,
+    )
+
+
+def _parts_text(content: Any) -> str:
+    """Content given as a list of `{"type": "text", "text": ...}` parts."""
+    if not isinstance(content, list):
+        return ""
+    return "".join(
+        part["text"]
+        for part in content
+        if isinstance(part, dict) and isinstance(part.get("text"), str)
+    )
+
+
+def _text(value: Any) -> str:
+    return value if isinstance(value, str) else ""
+
+
+def _dict(value: Any) -> dict[str, Any]:
+    return value if isinstance(value, dict) else {}
+
+
+def _int(value: Any) -> int:
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 0
