@@ -7,8 +7,9 @@ set -uo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 PYTHON="${PYTHON:-python3}"
-# 1.109+ moved the proxy into a separate litellm-proxy distribution that the registry lacks.
-LITELLM_VERSION="${LITELLM_VERSION:-1.108.14}"
+# Pinned to a release whose [proxy] extra resolves from PyPI as mirrored here (newer ones pin
+# litellm-proxy / litellm-proxy-extras builds that are missing).
+LITELLM_VERSION="${LITELLM_VERSION:-1.106.12}"
 MATPLOTLIB_SPEC="${MATPLOTLIB_SPEC:-matplotlib>=3.7}"
 PEERS_DIR="${PEERS_DIR:-$ROOT/.tools/peers}"
 BENCH_VENV="${BENCH_VENV:-$ROOT/.tools/bench-venv}"

@@ -16,6 +16,9 @@ from .gateway import GATEWAY, Gateway
 
 log = logging.getLogger("streamer.app")
 
+SETTINGS = web.AppKey("settings", Settings)
+SCRIPTED_RUNNER = web.AppKey("scripted_runner", web.AppRunner)
+
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
@@ -86,13 +89,13 @@ async def _start(app: web.Application) -> None:
     from .store import open_store
     from .upstream.chat import ChatUpstream
 
-    settings: Settings = app["settings"]
+    settings = app[SETTINGS]
     base_url = settings.upstream
     if not base_url:
         from .scripted_model import start_scripted_model
 
         runner, base_url = await start_scripted_model()
-        app["scripted_runner"] = runner
+        app[SCRIPTED_RUNNER] = runner
         log.warning("no --upstream: serving the embedded scripted model at %s", base_url)
     upstream = ChatUpstream(
         base_url, api_key=settings.upstream_api_key, idle_timeout=settings.idle_timeout
@@ -109,7 +112,7 @@ async def _stop(app: web.Application) -> None:
         await gateway.background.close()
         await gateway.upstream.close()
         await gateway.store.close()
-    runner = app.get("scripted_runner")
+    runner = app.get(SCRIPTED_RUNNER)
     if runner is not None:
         await runner.cleanup()
 
@@ -122,7 +125,7 @@ def create_app(settings: Settings) -> web.Application:
     if keys:
         middlewares.append(auth_middleware(keys))
     app = web.Application(middlewares=middlewares, client_max_size=settings.max_body_bytes)
-    app["settings"] = settings
+    app[SETTINGS] = settings
     app.on_startup.append(_start)
     app.on_cleanup.append(_stop)
     websocket.add_routes(app)  # GET /v1/responses (upgrade) before the HTTP routes

@@ -53,6 +53,7 @@ async def create_response(request: web.Request) -> web.StreamResponse:
     gateway = request.app[GATEWAY]
     body = await read_json(request)
     turn = await gateway.prepare(body, request)
+    gateway.stats["http_turns"] += 1
     if body.get("background"):
         return await gateway.background.create(request, turn)
     if not body.get("stream"):
@@ -90,7 +91,8 @@ async def list_models(request: web.Request) -> web.Response:
 
 
 async def healthz(request: web.Request) -> web.Response:
-    return json_response({"status": "ok"})
+    """The process is up; with its turn and socket counters."""
+    return json_response({"status": "ok", "stats": request.app[GATEWAY].stats})
 
 
 def add_routes(app: web.Application) -> None:

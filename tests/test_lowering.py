@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 from typing import Any
 
 import orjson
@@ -10,6 +11,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from streamer.errors import RequestError
+from streamer.input_items import CALL_TYPES
 from streamer.lowering import LoweringOptions, lower, normalize_input, public_output_to_input
 from streamer.tools import ResponsesToolNames
 
@@ -1108,3 +1110,100 @@ def test_random_request_fields_raise_only_request_errors(
         return
     assert chat["stream"] is True and chat["stream_options"] == {"include_usage": True}
     assert "metadata" not in chat
+
+
+_ids = st.sampled_from(["c1", "c2", "c3"])
+_ns = st.sampled_from([None, "mcp__docs", "functions", "other"])
+_text_part = st.builds(
+    lambda kind, text: {"type": kind, "text": text},
+    st.sampled_from(["input_text", "output_text"]),
+    st.text(max_size=6),
+)
+_media_part = st.one_of(
+    st.builds(
+        lambda url: {"type": "input_image", "image_url": url},
+        st.sampled_from(["https://x/a.png", "data:image/png;base64,AA"]),
+    ),
+    st.just({"type": "input_image", "file_id": "file-1"}),
+    st.just({"type": "input_file", "file_id": "file-2", "filename": "f.pdf"}),
+)
+_valid_parts = st.lists(st.one_of(_text_part, _text_part, _media_part), max_size=3)
+_valid_item = st.one_of(
+    st.builds(
+        lambda role, content: {"type": "message", "role": role, "content": content},
+        st.sampled_from(["user", "assistant", "system", "developer"]),
+        st.one_of(st.text(max_size=6), _valid_parts),
+    ),
+    st.builds(
+        lambda i, n, ns, a: (
+            {"type": "function_call", "call_id": i, "name": n, "arguments": a}
+            | ({"namespace": ns} if ns else {})
+        ),
+        _ids,
+        st.sampled_from(["search", "get_weather", "gone"]),
+        _ns,
+        st.sampled_from(["{}", '{"q":"a"}', "", "not json"]),
+    ),
+    st.builds(
+        lambda i, ns, x: (
+            {"type": "custom_tool_call", "call_id": i, "name": "patch", "input": x}
+            | ({"namespace": ns} if ns else {})
+        ),
+        _ids,
+        _ns,
+        st.text(max_size=6),
+    ),
+    st.builds(
+        lambda kind, i, out: {"type": kind, "call_id": i, "output": out},
+        st.sampled_from(["function_call_output", "custom_tool_call_output"]),
+        _ids,
+        st.one_of(st.text(max_size=6), _valid_parts),
+    ),
+    st.builds(
+        lambda i, q: {"type": "tool_search_call", "call_id": i, "arguments": {"query": q}},
+        st.one_of(st.none(), _ids),
+        st.text(max_size=4),
+    ),
+    st.builds(
+        lambda i, tools: {"type": "tool_search_output", "call_id": i, "tools": tools},
+        st.one_of(st.none(), _ids),
+        st.sampled_from([[], [DOCS_NS], [WEATHER_FN, {"type": "web_search"}]]),
+    ),
+    st.builds(
+        lambda s, c: {"type": "reasoning", "summary": s, "content": c, "encrypted_content": "E"},
+        st.lists(st.builds(lambda t: {"type": "summary_text", "text": t}, st.text(max_size=4))),
+        st.lists(st.builds(lambda t: {"type": "reasoning_text", "text": t}, st.text(max_size=4))),
+    ),
+    st.sampled_from(
+        [{"type": "item_reference", "id": "x"}, {"type": "compaction", "encrypted_content": "C"}]
+    ),
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(items=st.lists(_valid_item, max_size=10))
+def test_valid_histories_always_lower_and_keep_every_call_and_result(
+    items: list[dict[str, Any]],
+) -> None:
+    chat = run({"model": "m", "input": items, "tools": [WEATHER_FN, DOCS_NS]})
+    out = chat["messages"]
+    calls = [c for m in out for c in m.get("tool_calls", [])]
+    assert len(calls) == sum(i["type"] in CALL_TYPES for i in items)
+    answered = [
+        i
+        for i in items
+        if i["type"] in ("function_call_output", "custom_tool_call_output")
+        or (i["type"] == "tool_search_output" and i["call_id"])
+    ]
+    results = [m["tool_call_id"] for m in out if m["role"] == "tool"]
+    assert [r for r in results if not r.startswith("tool_search_")] == [
+        i["call_id"] for i in answered
+    ]
+    for message in out:
+        if message["role"] == "assistant":
+            assert isinstance(message["content"], str) or message.get("tool_calls")
+        else:
+            assert isinstance(message["content"], str | list)
+    for a, b in itertools.pairwise(out):
+        assert not (a["role"] == b["role"] == "assistant")  # assistant-side items merge
+    orjson.dumps(chat)

@@ -130,7 +130,7 @@ def insert(
     position: int, event: dict[str, Any] | Callable[[Events], Any]
 ) -> Callable[[Events], None]:
     def apply(events: Events) -> None:
-        new = event(events) if callable(event) else event
+        new = event(events) if callable(event) else copy.deepcopy(event)
         events.insert(position, new)
         renumber(events)
 
@@ -214,6 +214,7 @@ def stream_ids(events: Events) -> None:
 
 TEXT_DELTA = {
     "type": "response.output_text.delta",
+    "sequence_number": 0,  # renumbered on insert
     "item_id": "msg_text_001",
     "output_index": 0,
     "content_index": 0,

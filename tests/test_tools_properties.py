@@ -92,7 +92,19 @@ def build_list(raw: list[tuple[Any, ...]]) -> list[dict[str, Any]]:
 
 @st.composite
 def requests(draw: st.DrawFn) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-    tools = build_list(draw(_tool_list))
+    raw = draw(_tool_list)
+    # Top-level functions named like a member's joined name, declared after it: the
+    # top-level one must keep its name and the member must move.
+    joins = [
+        ("function", sep.join((e[1], m[1])))
+        for e in raw
+        if e[0] == "namespace"
+        for m in e[2]
+        for sep in ("__", "")
+    ]
+    if joins:
+        raw = raw + draw(st.lists(st.sampled_from(joins), max_size=3))
+    tools = build_list(raw)
     items: list[dict[str, Any]] = []
     for _ in range(draw(st.integers(0, 2))):
         items.append({"type": "message", "role": "user", "content": "x"})

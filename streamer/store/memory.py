@@ -165,8 +165,10 @@ class MemoryStore:
         i = bisect.bisect_right(log.events, after, key=lambda event: event[0])
         while True:
             while i < len(log.events):
-                yield log.events[i]
+                seq, data = log.events[i]
                 i += 1
+                if seq > after:  # events at or below `after` may arrive after we started
+                    yield seq, data
             if log.done:
                 return
             await log.changed.wait()

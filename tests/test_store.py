@@ -1,0 +1,647 @@
+"""One suite for both response stores: the memory store and the Redis store on a real server."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from collections.abc import AsyncIterator
+from typing import Any
+
+import orjson
+import pytest
+from redis_server import RedisServer, free_port, redis_marks, requires_redis
+from redis_server import redis_server as redis_server  # the module-scoped fixture
+
+from streamer.store import (
+    MemoryStore,
+    ResponseStore,
+    StoredResponse,
+    StoreUnavailable,
+    open_store,
+    with_item_ids,
+)
+
+pytestmark = pytest.mark.filterwarnings("error::pytest.PytestUnraisableExceptionWarning")
+
+
+class Stores:
+    """Opens store "instances" that share one backend: new RedisStore objects on the same
+    server and prefix (as two gateway processes would), or the one MemoryStore per options."""
+
+    def __init__(self, kind: str, url: str | None) -> None:
+        self.kind = kind
+        self.url = url
+        self.prefix = f"test-{uuid.uuid4().hex[:8]}:"
+        self.opened: list[Any] = []
+        self._memory: dict[tuple[tuple[str, Any], ...], MemoryStore] = {}
+
+    def open(self, **options: Any) -> Any:
+        if self.kind == "memory":
+            key = tuple(sorted(options.items()))
+            if key not in self._memory:
+                self._memory[key] = MemoryStore(**options)
+                self.opened.append(self._memory[key])
+            return self._memory[key]
+        store = open_store(self.url, key_prefix=self.prefix, **options)
+        self.opened.append(store)
+        return store
+
+
+@pytest.fixture(params=["memory", pytest.param("redis", marks=redis_marks)])
+async def stores(request: pytest.FixtureRequest) -> AsyncIterator[Stores]:
+    url = request.getfixturevalue("redis_server").url if request.param == "redis" else None
+    stores = Stores(request.param, url)
+    yield stores
+    for store in stores.opened:
+        await store.close()
+
+
+@pytest.fixture
+def store(stores: Stores) -> Any:
+    return stores.open()
+
+
+def event(seq: int, kind: str = "response.output_text.delta", **extra: Any) -> bytes:
+    return orjson.dumps({"type": kind, "sequence_number": seq, **extra})
+
+
+def completed(seq: int) -> bytes:
+    return event(seq, "response.completed", response={"id": "x", "status": "completed"})
+
+
+def record(response_id: str, items: list[dict[str, Any]] | None = None, **response: Any) -> Any:
+    body = {"id": response_id, "object": "response", "status": "completed", "output": []}
+    return StoredResponse({**body, **response}, items or [], {"tools": [["mcp__docs__search"]]})
+
+
+async def collect(events: AsyncIterator[tuple[int, bytes]], timeout: float = 10.0) -> list[int]:
+    async with asyncio.timeout(timeout):
+        return [seq async for seq, _ in events]
+
+
+def new_id() -> str:
+    return f"resp_{uuid.uuid4().hex}"
+
+
+# -- records -------------------------------------------------------------------------------
+
+
+async def test_both_stores_satisfy_the_protocol(store: Any) -> None:
+    assert isinstance(store, ResponseStore)
+    assert await store.ping() is True
+
+
+async def test_put_get_roundtrip_restores_everything(store: Any) -> None:
+    rid = new_id()
+    call = {
+        "type": "function_call",
+        "id": "fc_1",
+        "call_id": "call_1",
+        "name": "search",
+        "namespace": "mcp__docs",
+        "arguments": '{"q":"x"}',
+        "status": "completed",
+    }
+    items = [
+        {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "hi"}]},
+        {"role": "user", "content": "bare message"},
+        {"type": "function_call", "call_id": "c0", "name": "search", "arguments": "{}"},
+        {"type": "function_call_output", "call_id": "c0", "output": "ok", "id": "kept_1"},
+    ]
+    original = [dict(item) for item in items]
+    names = {"tools": [{"flat": "mcp__docs__search", "namespace": "mcp__docs", "name": "search"}]}
+    rec = StoredResponse({"id": rid, "object": "response", "output": [call]}, items, names)
+    await store.put(rec)
+    assert items == original  # put copies items to give them ids; the caller's stay as sent
+
+    got = await store.get(rid)
+    assert got is not None
+    assert got.response == rec.response
+    assert got.response["output"][0]["namespace"] == "mcp__docs"
+    assert got.names == names
+    ids = [item["id"] for item in got.input_items]
+    assert ids[0].startswith("msg_") and ids[1].startswith("msg_") and ids[2].startswith("fc_")
+    assert ids[3] == "kept_1"
+    assert len(set(ids)) == 4
+    assert [{k: v for k, v in i.items() if k != "id"} for i in got.input_items[:3]] == original[:3]
+    assert await store.get_response(rid) == rec.response
+
+
+async def test_reads_are_copies(store: Any) -> None:
+    rid = new_id()
+    await store.put(record(rid, [{"type": "message", "id": "m1", "role": "user", "content": "a"}]))
+    got = await store.get(rid)
+    got.response["status"] = "mutated"
+    got.input_items[0]["content"] = "mutated"
+    again = await store.get(rid)
+    assert again.response["status"] == "completed"
+    assert again.input_items[0]["content"] == "a"
+
+
+async def test_put_replaces(store: Any) -> None:
+    rid = new_id()
+    items = [{"type": "message", "id": f"m{i}", "role": "user", "content": "x"} for i in range(3)]
+    await store.put(record(rid, items, status="queued"))
+    await store.put(record(rid, items[:1], status="completed"))
+    got = await store.get(rid)
+    assert got.response["status"] == "completed"
+    assert [item["id"] for item in got.input_items] == ["m0"]
+    page = await store.input_items(rid, order="asc")
+    assert [item["id"] for item in page["data"]] == ["m0"]
+    assert await store.input_items(rid, after="m2") == {
+        "object": "list",
+        "data": [],
+        "first_id": None,
+        "last_id": None,
+        "has_more": False,
+    }
+
+
+async def test_unknown_ids(store: Any) -> None:
+    assert await store.get("resp_missing") is None
+    assert await store.get_response("resp_missing") is None
+    assert await store.input_items("resp_missing") is None
+    assert await store.delete("resp_missing") is False
+
+
+async def test_delete(store: Any) -> None:
+    rid = new_id()
+    await store.put(record(rid, [{"type": "message", "role": "user", "content": "x"}]))
+    await store.append_event(rid, 0, event(0))
+    assert await store.delete(rid) is True
+    assert await store.get(rid) is None
+    assert await store.get_response(rid) is None
+    assert await store.input_items(rid) is None
+    assert await collect(store.events(rid)) == []
+    assert await store.delete(rid) is False
+
+
+async def test_delete_ends_a_live_follower(stores: Stores) -> None:
+    a, b = stores.open(), stores.open()
+    rid = new_id()
+    await a.put(record(rid, status="in_progress"))
+    await a.append_event(rid, 0, event(0))
+    follower = asyncio.create_task(collect(b.events(rid)))
+    await asyncio.sleep(0.1)
+    assert await a.delete(rid) is True
+    assert await follower == [0]
+
+
+# -- input_items paging --------------------------------------------------------------------
+
+
+def reference_page(ids: list[str], limit: int, order: str, after: str | None) -> dict[str, Any]:
+    ordered = ids if order == "asc" else ids[::-1]
+    if after is not None:
+        ordered = ordered[ordered.index(after) + 1 :]
+    data = ordered[:limit]
+    return {
+        "ids": data,
+        "first_id": data[0] if data else None,
+        "last_id": data[-1] if data else None,
+        "has_more": len(ordered) > limit,
+    }
+
+
+async def test_input_items_pages(store: Any) -> None:
+    rid = new_id()
+    ids = [f"msg_{i}" for i in range(7)]
+    await store.put(
+        record(rid, [{"type": "message", "id": i, "role": "user", "content": i} for i in ids])
+    )
+
+    page = await store.input_items(rid)  # desc, limit 20
+    assert page["object"] == "list"
+    assert [item["id"] for item in page["data"]] == ids[::-1]
+    assert (page["first_id"], page["last_id"], page["has_more"]) == ("msg_6", "msg_0", False)
+    assert page["data"][0] == {"type": "message", "id": "msg_6", "role": "user", "content": "msg_6"}
+
+    page = await store.input_items(rid, limit=3)
+    assert [item["id"] for item in page["data"]] == ["msg_6", "msg_5", "msg_4"]
+    assert page["has_more"] is True
+    page = await store.input_items(rid, limit=3, after="msg_1")
+    assert [item["id"] for item in page["data"]] == ["msg_0"]
+    assert page["has_more"] is False
+    page = await store.input_items(rid, limit=3, order="asc", after="msg_2")
+    assert [item["id"] for item in page["data"]] == ["msg_3", "msg_4", "msg_5"]
+    assert (page["first_id"], page["last_id"], page["has_more"]) == ("msg_3", "msg_5", True)
+    page = await store.input_items(rid, order="asc", after="msg_6")
+    assert page["data"] == [] and page["has_more"] is False and page["first_id"] is None
+    page = await store.input_items(rid, after="msg_nope")
+    assert page["data"] == [] and page["has_more"] is False
+
+    # Every combination agrees with a naive reference.
+    for order in ("asc", "desc"):
+        for limit in range(1, 9):
+            for after in [None, *ids]:
+                page = await store.input_items(rid, limit=limit, order=order, after=after)
+                want = reference_page(ids, limit, order, after)
+                got = {
+                    "ids": [item["id"] for item in page["data"]],
+                    "first_id": page["first_id"],
+                    "last_id": page["last_id"],
+                    "has_more": page["has_more"],
+                }
+                assert got == want, (order, limit, after)
+
+
+async def test_input_items_cursor_walk_visits_each_item_once(store: Any) -> None:
+    rid = new_id()
+    await store.put(record(rid, [{"role": "user", "content": str(i)} for i in range(11)]))
+    for order, expected in (("asc", list(range(11))), ("desc", list(range(10, -1, -1)))):
+        seen: list[int] = []
+        after = None
+        while True:
+            page = await store.input_items(rid, limit=4, order=order, after=after)
+            seen += [int(item["content"]) for item in page["data"]]
+            if not page["has_more"]:
+                break
+            after = page["last_id"]
+        assert seen == expected
+
+
+async def test_input_items_empty(store: Any) -> None:
+    rid = new_id()
+    await store.put(record(rid, []))
+    page = await store.input_items(rid)
+    assert page == {
+        "object": "list",
+        "data": [],
+        "first_id": None,
+        "last_id": None,
+        "has_more": False,
+    }
+
+
+# -- TTL -----------------------------------------------------------------------------------
+
+
+async def test_ttl_expiry_and_refresh_by_events(stores: Stores) -> None:
+    store = stores.open(ttl_seconds=1.0)
+    stale, live = new_id(), new_id()
+    await store.put(record(stale, [{"role": "user", "content": "x"}]))
+    await store.put(record(live, [{"role": "user", "content": "x"}]))
+    assert await store.get_response(stale) is not None
+    await asyncio.sleep(0.6)
+    await store.append_event(live, 0, event(0))  # events keep a running response alive
+    await asyncio.sleep(0.6)
+    assert await store.get(stale) is None
+    assert await store.get_response(stale) is None
+    assert await store.input_items(stale) is None
+    assert (await store.get(live)) is not None
+    await asyncio.sleep(1.2)
+    assert await store.get(live) is None
+    assert await collect(store.events(live)) == []  # record and log both expired
+
+
+# -- memory bounds -------------------------------------------------------------------------
+
+
+async def test_memory_count_bound_evicts_oldest_written() -> None:
+    store = MemoryStore(max_responses=3)
+    ids = [new_id() for _ in range(5)]
+    for rid in ids[:3]:
+        await store.put(record(rid))
+    await store.put(record(ids[0], status="rewritten"))  # now the newest
+    await store.put(record(ids[3]))
+    await store.put(record(ids[4]))
+    assert len(store) == 3
+    assert [await store.get_response(rid) is not None for rid in ids] == [
+        True,
+        False,
+        False,
+        True,
+        True,
+    ]
+
+
+async def test_memory_byte_bound_evicts_oldest() -> None:
+    blob = "x" * 10_000
+    store = MemoryStore(max_bytes=35_000)
+    ids = [new_id() for _ in range(6)]
+    for rid in ids:
+        await store.put(record(rid, [{"role": "user", "content": blob}]))
+        assert store.bytes_used <= 35_000
+    present = [await store.get(rid) is not None for rid in ids]
+    assert present == [False, False, False, True, True, True]
+
+    # Event logs count too: a growing log pushes older records out and keeps itself.
+    for seq in range(15):
+        await store.append_event(ids[5], seq, event(seq, delta=blob[:1000]))
+    assert store.bytes_used <= 35_000
+    assert await store.get(ids[3]) is None
+    assert await store.get(ids[5]) is not None
+
+
+async def test_memory_eviction_ends_followers() -> None:
+    store = MemoryStore(max_responses=1)
+    rid = new_id()
+    await store.put(record(rid, status="in_progress"))
+    await store.append_event(rid, 0, event(0))
+    follower = asyncio.create_task(collect(store.events(rid)))
+    await asyncio.sleep(0.05)
+    await store.put(record(new_id()))  # evicts rid
+    assert await follower == [0]
+
+
+async def test_memory_oversized_record_is_kept_alone() -> None:
+    store = MemoryStore(max_bytes=1000)
+    small, big = new_id(), new_id()
+    await store.put(record(small))
+    await store.put(record(big, [{"role": "user", "content": "y" * 5000}]))
+    assert await store.get(big) is not None
+    assert await store.get(small) is None
+
+
+# -- background event streams --------------------------------------------------------------
+
+
+async def test_replay_after_n_stops_at_terminal(store: Any) -> None:
+    rid = new_id()
+    await store.put(record(rid, status="completed", background=True))
+    for seq in range(4):
+        await store.append_event(rid, seq, event(seq))
+    await store.append_event(rid, 4, completed(4))
+    await store.append_event(rid, 5, event(5))  # after the terminal event: ignored
+
+    assert await collect(store.events(rid)) == [0, 1, 2, 3, 4]
+    assert await collect(store.events(rid, after=1)) == [2, 3, 4]
+    assert await collect(store.events(rid, after=4)) == []
+    assert await collect(store.events(rid, after=99)) == []
+    pairs = [pair async for pair in store.events(rid, after=2)]
+    assert pairs == [(3, event(3)), (4, completed(4))]
+
+
+async def test_duplicate_and_out_of_order_seqs_are_ignored(store: Any) -> None:
+    rid = new_id()
+    await store.put(record(rid))
+    await store.append_event(rid, 0, event(0, delta="first"))
+    await store.append_event(rid, 0, event(0, delta="again"))
+    await store.append_event(rid, 2, event(2))
+    await store.append_event(rid, 1, event(1))
+    await store.end_events(rid)
+    got = [pair async for pair in store.events(rid)]
+    assert got == [(0, event(0, delta="first")), (2, event(2))]
+    with pytest.raises(ValueError):
+        await store.append_event(rid, -1, event(-1))
+
+
+async def test_events_of_an_unknown_response_end_at_once(store: Any) -> None:
+    assert await collect(store.events("resp_never", after=-1), timeout=3) == []
+
+
+async def test_follow_live_events_from_another_task(store: Any) -> None:
+    rid = new_id()
+    await store.put(record(rid, status="queued", background=True))
+    await store.append_event(rid, 0, event(0, "response.queued"))
+
+    async def produce() -> None:
+        for seq in range(1, 8):
+            await asyncio.sleep(0.02)
+            await store.append_event(rid, seq, event(seq))
+        await store.append_event(rid, 8, completed(8))
+
+    followers = [asyncio.create_task(collect(store.events(rid))) for _ in range(2)]
+    late = asyncio.create_task(collect(store.events(rid, after=3)))
+    await asyncio.sleep(0.05)
+    await produce()
+    assert await followers[0] == list(range(9))
+    assert await followers[1] == list(range(9))
+    assert await late == [4, 5, 6, 7, 8]
+
+
+async def test_follower_on_a_second_instance(stores: Stores) -> None:
+    a, b = stores.open(), stores.open()
+    rid = new_id()
+    await a.put(record(rid, status="in_progress", background=True))
+    await a.append_event(rid, 0, event(0))
+    await a.append_event(rid, 1, event(1))
+    follower = asyncio.create_task(collect(b.events(rid, after=0)))
+    await asyncio.sleep(0.05)
+    for seq in range(2, 5):
+        await a.append_event(rid, seq, event(seq))
+    await a.append_event(rid, 5, event(5, "response.failed"))
+    assert await follower == [1, 2, 3, 4, 5]
+    got = await b.get(rid)
+    assert got is not None and got.response["background"] is True
+
+
+async def test_follower_before_the_first_event(stores: Stores) -> None:
+    a, b = stores.open(), stores.open()
+    rid = new_id()
+    await a.put(record(rid, status="queued", background=True))
+    follower = asyncio.create_task(collect(b.events(rid)))
+    await asyncio.sleep(0.05)
+    await a.append_event(rid, 0, event(0, "response.queued"))
+    await a.append_event(rid, 1, event(1, "error"))
+    assert await follower == [0, 1]
+
+
+async def test_end_events_stops_followers_without_terminal(stores: Stores) -> None:
+    a, b = stores.open(), stores.open()
+    rid = new_id()
+    await a.put(record(rid, status="in_progress", background=True))
+    await a.append_event(rid, 0, event(0))
+    follower = asyncio.create_task(collect(b.events(rid)))
+    await asyncio.sleep(0.05)
+    await a.end_events(rid)
+    assert await follower == [0]
+    await a.append_event(rid, 1, event(1))  # after the end: ignored
+    assert await collect(b.events(rid)) == [0]
+
+
+async def test_a_follower_can_stop_early(store: Any) -> None:
+    rid = new_id()
+    await store.put(record(rid, status="in_progress"))
+    for seq in range(5):
+        await store.append_event(rid, seq, event(seq))
+    events = store.events(rid)
+    seen = []
+    async for seq, _ in events:
+        seen.append(seq)
+        if seq == 2:
+            break
+    await events.aclose()
+    assert seen == [0, 1, 2]
+    await store.append_event(rid, 5, completed(5))  # the store still works afterwards
+    assert await collect(store.events(rid, after=3)) == [4, 5]
+
+
+# -- cancellation --------------------------------------------------------------------------
+
+
+async def test_cancel_wakes_a_waiter_on_another_instance(stores: Stores) -> None:
+    a, b = stores.open(), stores.open()
+    rid, other = new_id(), new_id()
+    waiter = asyncio.create_task(b.wait_cancel(rid))
+    bystander = asyncio.create_task(b.wait_cancel(other))
+    await asyncio.sleep(0.2)
+    assert not waiter.done()
+    await a.request_cancel(rid)
+    async with asyncio.timeout(5):
+        await waiter
+    await asyncio.sleep(0.1)
+    assert not bystander.done()  # a cancel for one id leaves the others waiting
+    bystander.cancel()
+
+
+async def test_cancel_requested_before_the_waiter_is_seen(stores: Stores) -> None:
+    a, b = stores.open(), stores.open()
+    rid = new_id()
+    await a.request_cancel(rid)
+    async with asyncio.timeout(5):
+        await b.wait_cancel(rid)
+        await a.wait_cancel(rid)
+
+
+async def test_wait_cancel_blocks_without_a_cancel(store: Any) -> None:
+    with pytest.raises(TimeoutError):
+        async with asyncio.timeout(0.3):
+            await store.wait_cancel(new_id())
+
+
+async def test_delete_clears_the_cancel_flag(stores: Stores) -> None:
+    store = stores.open()
+    rid = new_id()
+    await store.put(record(rid))
+    await store.request_cancel(rid)
+    await store.delete(rid)
+    with pytest.raises(TimeoutError):
+        async with asyncio.timeout(0.3):
+            await store.wait_cancel(rid)
+
+
+# -- outages (Redis) -----------------------------------------------------------------------
+
+
+async def test_dead_redis_raises_store_unavailable_promptly() -> None:
+    store = open_store(f"redis://127.0.0.1:{free_port()}/0")
+    rid = new_id()
+    calls = [
+        lambda: store.put(record(rid)),
+        lambda: store.get(rid),
+        lambda: store.get_response(rid),
+        lambda: store.delete(rid),
+        lambda: store.input_items(rid),
+        lambda: store.append_event(rid, 0, event(0)),
+        lambda: collect(store.events(rid)),
+        lambda: store.end_events(rid),
+        lambda: store.request_cancel(rid),
+        lambda: store.wait_cancel(rid),
+    ]
+    try:
+        for call in calls:
+            async with asyncio.timeout(3):
+                with pytest.raises(StoreUnavailable):
+                    await call()
+        assert await store.ping() is False
+    finally:
+        await store.close()
+
+
+async def test_silent_redis_times_out_instead_of_hanging() -> None:
+    # Accepts connections and never answers: the case socket timeouts exist for.
+    async def swallow(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.read(-1)
+        writer.close()
+
+    server = await asyncio.start_server(swallow, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    store = open_store(f"redis://127.0.0.1:{port}/0", connect_timeout=0.5, op_timeout=0.5)
+    try:
+        started = time.monotonic()
+        with pytest.raises(StoreUnavailable):
+            await store.get(new_id())
+        with pytest.raises(StoreUnavailable):
+            await store.wait_cancel(new_id())
+        assert time.monotonic() - started < 5
+    finally:
+        await store.close()
+        server.close()
+
+
+@requires_redis
+@pytest.mark.redis
+async def test_redis_restart_recovers_and_keeps_cancel_waiters() -> None:
+    async with RedisServer() as server:
+        a, b = open_store(server.url), open_store(server.url)
+        try:
+            rid = new_id()
+            await a.put(record(rid))
+            waiter = asyncio.create_task(b.wait_cancel(rid))
+            await asyncio.sleep(0.2)
+            await asyncio.to_thread(server.stop)
+            with pytest.raises(StoreUnavailable):
+                await a.get(rid)
+            await asyncio.to_thread(server.restart)
+            # Pooled connections died with the old server; the store reconnects by itself.
+            assert await a.get(rid) is None  # no persistence: the data went with it
+            await a.put(record(rid))
+            assert (await b.get(rid)) is not None
+            await a.request_cancel(rid)  # possibly before b has resubscribed: the flag covers it
+            async with asyncio.timeout(10):
+                await waiter
+        finally:
+            await a.close()
+            await b.close()
+
+
+@requires_redis
+@pytest.mark.redis
+async def test_redis_follower_raises_when_the_server_dies() -> None:
+    async with RedisServer() as server:
+        store = open_store(server.url)
+        try:
+            rid = new_id()
+            await store.put(record(rid, status="in_progress"))
+            follower = asyncio.create_task(collect(store.events(rid), timeout=30))
+            await asyncio.sleep(0.2)
+            await asyncio.to_thread(server.stop)
+            async with asyncio.timeout(5):
+                with pytest.raises(StoreUnavailable):
+                    await follower
+        finally:
+            await store.close()
+
+
+# -- open_store and helpers ----------------------------------------------------------------
+
+
+async def test_open_store_specs() -> None:
+    assert isinstance(open_store(None), MemoryStore)
+    assert isinstance(open_store("memory", max_responses=5), MemoryStore)
+    assert open_store("memory", max_responses=5).max_responses == 5
+    redis_store = open_store("redis://127.0.0.1:1/0", ttl_seconds=60, key_prefix="x:")
+    assert type(redis_store).__name__ == "RedisStore"
+    assert isinstance(redis_store, ResponseStore)
+    await redis_store.close()
+    with pytest.raises(ValueError):
+        open_store("postgres://nope")
+
+
+def test_with_item_ids_copies_only_what_it_changes() -> None:
+    has_id = {"type": "reasoning", "id": "rs_1", "summary": []}
+    lacks = {"type": "custom_tool_call", "call_id": "c", "name": "n", "input": ""}
+    out = with_item_ids([has_id, lacks, {"type": "item_reference", "id": "msg_9"}])
+    assert out[0] is has_id
+    assert "id" not in lacks and out[1]["id"].startswith("ctc_")
+    assert out[2] == {"type": "item_reference", "id": "msg_9"}
+
+
+async def test_cancelling_a_blocked_follower_leaves_the_store_sound(stores: Stores) -> None:
+    a, b = stores.open(), stores.open()
+    rid = new_id()
+    await a.put(record(rid, status="in_progress"))
+    for _ in range(3):  # each one blocked in its read when cancelled
+        blocked = asyncio.create_task(collect(b.events(rid)))
+        await asyncio.sleep(0.1)
+        blocked.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await blocked
+    follower = asyncio.create_task(collect(b.events(rid)))
+    await asyncio.sleep(0.1)
+    await a.append_event(rid, 0, event(0))
+    await a.append_event(rid, 1, completed(1))
+    assert await follower == [0, 1]
+    assert (await b.get(rid)) is not None
