@@ -244,6 +244,7 @@ async def run_window(args: argparse.Namespace, start_at: float) -> dict[str, Any
 
     def snapshot() -> None:
         cpu = {k: procstat.cpu_seconds(procstat.tree(int(p))) for k, p in watch.items()}
+        cpu["machine"] = procstat.machine_busy_seconds()
         ru = resource.getrusage(resource.RUSAGE_SELF)
         snaps.append((time.monotonic(), m.events, m.nbytes, ru.ru_utime + ru.ru_stime, cpu))
 
@@ -276,7 +277,7 @@ async def run_window(args: argparse.Namespace, start_at: float) -> dict[str, Any
         "window_s": b_t - a_t,
         "events": b_ev - a_ev,
         "bytes": b_b - a_b,
-        "cpu_s": {"client": b_cpu - a_cpu, **{k: b_w[k] - a_w[k] for k in watch}},
+        "cpu_s": {"client": b_cpu - a_cpu, **{k: b_w[k] - a_w[k] for k in b_w}},
         **meter_fields(m),
     }
 
@@ -297,8 +298,13 @@ async def run_count(args: argparse.Namespace) -> dict[str, Any]:
             raw = orjson.dumps(body)
             jobs = [sse_worker(session, url, raw, m, count) for _ in range(c)]
         await asyncio.wait_for(asyncio.gather(*jobs), args.timeout)
-    return {"window_s": time.monotonic() - t_start, "events": m.events, "bytes": m.nbytes,
-            "cpu_s": {}, **meter_fields(m)}  # fmt: skip
+    return {
+        "window_s": time.monotonic() - t_start,
+        "events": m.events,
+        "bytes": m.nbytes,
+        "cpu_s": {},
+        **meter_fields(m),
+    }
 
 
 def meter_fields(m: Meter) -> dict[str, Any]:
@@ -355,11 +361,29 @@ def merge(parts: list[dict[str, Any]]) -> dict[str, Any]:
 def run_procs(args: argparse.Namespace) -> dict[str, Any]:
     """Split the load over `--procs` child processes that start together."""
     start_at = time.monotonic() + 1.0  # time for the children to import
-    shares = [args.concurrency // args.procs + (i < args.concurrency % args.procs)
-              for i in range(args.procs)]  # fmt: skip
-    base = [sys.executable, os.path.abspath(__file__), "--url", args.url, "--path", args.path,
-            "--model", args.model, "--expect", args.expect, "--warmup", str(args.warmup),
-            "--duration", str(args.duration), "--start-at", repr(start_at), "--raw"]  # fmt: skip
+    shares = [
+        args.concurrency // args.procs + (i < args.concurrency % args.procs)
+        for i in range(args.procs)
+    ]
+    base = [
+        sys.executable,
+        os.path.abspath(__file__),
+        "--url",
+        args.url,
+        "--path",
+        args.path,
+        "--model",
+        args.model,
+        "--expect",
+        args.expect,
+        "--warmup",
+        str(args.warmup),
+        "--duration",
+        str(args.duration),
+        "--start-at",
+        repr(start_at),
+        "--raw",
+    ]
     if args.ws:
         base.append("--ws")
     children = [
@@ -370,11 +394,13 @@ def run_procs(args: argparse.Namespace) -> dict[str, Any]:
     t0 = start_at + args.warmup
     time.sleep(max(0.0, t0 - time.monotonic()))
     a = {k: procstat.cpu_seconds(procstat.tree(int(p))) for k, p in watch.items()}
+    a["machine"] = procstat.machine_busy_seconds()
     time.sleep(max(0.0, t0 + args.duration - time.monotonic()))
     b = {k: procstat.cpu_seconds(procstat.tree(int(p))) for k, p in watch.items()}
+    b["machine"] = procstat.machine_busy_seconds()
     parts = [json.loads(ch.communicate()[0]) for ch in children]
     merged = merge(parts)
-    merged["cpu_s"].update({k: b[k] - a[k] for k in watch})
+    merged["cpu_s"].update({k: b[k] - a[k] for k in b})
     return merged
 
 
@@ -388,11 +414,20 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--requests", type=int, default=0, help="run exactly K requests instead")
     p.add_argument("--timeout", type=float, default=60.0, help="limit for --requests, seconds")
     p.add_argument("--ws", action="store_true", help="WebSocket mode: C sockets")
-    p.add_argument("--expect", choices=["responses", "raw"], default="responses",
-                   help="raw: Chat chunks from the raw relay, no namespace check")  # fmt: skip
+    p.add_argument(
+        "--expect",
+        choices=["responses", "raw"],
+        default="responses",
+        help="raw: Chat chunks from the raw relay, no namespace check",
+    )
     p.add_argument("--model", default="bench")
-    p.add_argument("--watch", action="append", default=[], metavar="NAME=PID",
-                   help="measure the CPU time of this process tree over the window")  # fmt: skip
+    p.add_argument(
+        "--watch",
+        action="append",
+        default=[],
+        metavar="NAME=PID",
+        help="measure the CPU time of this process tree over the window",
+    )
     p.add_argument("--procs", type=int, default=1, help="client processes sharing the load")
     p.add_argument("--json", action="store_true", help="print the result as JSON")
     p.add_argument("--start-at", type=float, default=0.0, help=argparse.SUPPRESS)

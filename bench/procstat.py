@@ -111,3 +111,10 @@ def pids_listening_on(port: int) -> list[int]:
         except OSError:
             continue
     return sorted(p for p, parent in holders.items() if parent not in holders)
+
+
+def machine_busy_seconds() -> float:
+    """CPU time spent by everything on the machine (all cores, not idle or iowait), seconds."""
+    cols = Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]
+    user, nice, system, _idle, _iowait, irq, softirq, steal = (int(x) for x in cols[:8])
+    return (user + nice + system + irq + softirq + steal) / TICK

@@ -146,9 +146,15 @@ def start_relay(upstream: str, cpus: set[int] | None, logs: Path) -> Target:
     proc = spawn(cmd, cpus, logs / "raw-relay.log")
     port = read_port(proc, 15)
     return Target(
-        "raw relay", "baseline", f"http://127.0.0.1:{port}", expect="raw",
-        pids=[proc.pid], pinned=bool(cpus), proc=proc, version="bench/raw_relay.py",
-    )  # fmt: skip
+        "raw relay",
+        "baseline",
+        f"http://127.0.0.1:{port}",
+        expect="raw",
+        pids=[proc.pid],
+        pinned=bool(cpus),
+        proc=proc,
+        version="bench/raw_relay.py",
+    )
 
 
 def gateway_available() -> str:
@@ -158,8 +164,10 @@ def gateway_available() -> str:
     try:
         out = subprocess.run(
             [sys.executable, "-m", "streamer", "serve", "--help"],
-            cwd=ROOT, capture_output=True, timeout=60,
-        )  # fmt: skip
+            cwd=ROOT,
+            capture_output=True,
+            timeout=60,
+        )
     except subprocess.TimeoutExpired:
         return "`python -m streamer serve --help` timed out"
     if out.returncode != 0:
@@ -169,8 +177,19 @@ def gateway_available() -> str:
 
 def start_gateway(upstream: str, cpus: set[int] | None, logs: Path, extra: list[str]) -> Target:
     port = free_port()
-    cmd = [sys.executable, "-m", "streamer", "serve", "--upstream", upstream,
-           "--host", "127.0.0.1", "--port", str(port), *extra]  # fmt: skip
+    cmd = [
+        sys.executable,
+        "-m",
+        "streamer",
+        "serve",
+        "--upstream",
+        upstream,
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        *extra,
+    ]
     proc = spawn(cmd, cpus, logs / "streamer.log", env={"PYTHONPATH": str(ROOT)})
     url = f"http://127.0.0.1:{port}"
     target = Target("streamer", "gateway", url, pids=[proc.pid], pinned=bool(cpus), proc=proc)
@@ -226,8 +245,17 @@ def start_litellm(upstream: str, cpus: set[int] | None, logs: Path, timeout: flo
         "DISABLE_SCHEMA_UPDATE": "True",
         "NO_PROXY": "127.0.0.1,localhost",
     }
-    cmd = [str(exe), "--config", str(config), "--host", "127.0.0.1", "--port", str(port),
-           "--num_workers", "1"]  # fmt: skip
+    cmd = [
+        str(exe),
+        "--config",
+        str(config),
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--num_workers",
+        "1",
+    ]
     proc = spawn(cmd, cpus, logs / "litellm.log", env=env)
     target.url, target.pids, target.proc = f"http://127.0.0.1:{port}", [proc.pid], proc
     try:
@@ -238,7 +266,9 @@ def start_litellm(upstream: str, cpus: set[int] | None, logs: Path, timeout: flo
     return target
 
 
-LITELLM_PROVIDER = "hosted_vllm"
+# custom_openai: an OpenAI-compatible Chat backend with no native Responses API, so the
+# proxy serves /v1/responses through its Chat Completions bridge (hosted_vllm would not).
+LITELLM_PROVIDER = "custom_openai"
 
 
 def _dist_version(venv: Path, dist: str) -> str:

@@ -42,13 +42,18 @@ _INCOMPLETE = {"length": "max_output_tokens", "content_filter": "content_filter"
 
 
 class _Part:
-    """The open content part of a message or reasoning item, with its delta prefix."""
+    """The open content part of a message or reasoning item.
 
-    __slots__ = ("chunks", "delta_prefix", "index", "kind")
+    Its delta events differ only in `delta` and `sequence_number`, so the rest of the
+    JSON is built once, here, and each delta is one bytes format away.
+    """
 
-    def __init__(self, kind: str, index: int, delta_prefix: bytes) -> None:
+    __slots__ = ("chunks", "delta_prefix", "delta_type", "index", "kind")
+
+    def __init__(self, kind: str, index: int, delta_type: str, delta_prefix: bytes) -> None:
         self.kind = kind  # output_text | refusal | reasoning_text
         self.index = index
+        self.delta_type = delta_type
         self.delta_prefix = delta_prefix
         self.chunks: list[str] = []
 
@@ -97,6 +102,7 @@ class OutputItemStreamer:
         self._events: list[Event] = []
         self._output: list[dict[str, Any]] = response["output"]
         self._open: _Item | None = None
+        self._hot: _Part | None = None  # the open part, while deltas may go straight to it
         self._calls: dict[int, _Call] = {}
         self._live: _Call | None = None  # the function call streaming its arguments now
         self._deferred: list[Delta] = []  # text that arrived while tool calls were open
@@ -174,24 +180,47 @@ class OutputItemStreamer:
     # -- deltas -------------------------------------------------------------------
 
     def _on_text(self, delta: TextDelta) -> None:
-        if self._calls:
+        hot = self._hot
+        if hot is not None and hot.kind == "output_text":  # the per-token path
+            self._delta(hot, delta.text)
+        elif self._calls:
             self._deferred.append(delta)
         elif delta.text:
-            self._part("message", "output_text", b"response.output_text.delta", delta.text)
+            self._part("message", "output_text", "response.output_text.delta", delta.text)
 
     def _on_refusal(self, delta: RefusalDelta) -> None:
-        if self._calls:
+        hot = self._hot
+        if hot is not None and hot.kind == "refusal":
+            self._delta(hot, delta.text)
+        elif self._calls:
             self._deferred.append(delta)
         elif delta.text:
-            self._part("message", "refusal", b"response.refusal.delta", delta.text)
+            self._part("message", "refusal", "response.refusal.delta", delta.text)
 
     def _on_reasoning(self, delta: ReasoningDelta) -> None:
-        if self._calls:
+        hot = self._hot
+        if hot is not None and hot.kind == "reasoning_text":
+            self._delta(hot, delta.text)
+        elif self._calls:
             self._deferred.append(delta)
         elif delta.text:
-            self._part("reasoning", "reasoning_text", b"response.reasoning_text.delta", delta.text)
+            self._part("reasoning", "reasoning_text", "response.reasoning_text.delta", delta.text)
+
+    def _delta(self, part: _Part, text: str) -> None:
+        if text:
+            part.chunks.append(text)
+            seq = self._seq
+            self._events.append(
+                Event(
+                    part.delta_type,
+                    b'%s%s,"sequence_number":%d}' % (part.delta_prefix, _dumps(text), seq),
+                    seq,
+                )
+            )
+            self._seq = seq + 1
 
     def _on_tool_call(self, delta: ToolCallDelta) -> None:
+        self._hot = None  # text from now on waits until the calls are out
         call = self._calls.get(delta.index)
         if call is None:
             call = self._calls[delta.index] = _Call(delta.index)
@@ -234,7 +263,7 @@ class OutputItemStreamer:
 
     # -- message and reasoning items ----------------------------------------------
 
-    def _part(self, item_type: str, part_kind: str, delta_type: bytes, text: str) -> None:
+    def _part(self, item_type: str, part_kind: str, delta_type: str, text: str) -> None:
         """Append `text` to the open part of kind `part_kind`, opening what is needed."""
         item = self._open
         if item is None or item.item["type"] != item_type:
@@ -243,11 +272,8 @@ class OutputItemStreamer:
         part = item.part
         if part is None or part.kind != part_kind:
             part = self._open_part(item, part_kind, delta_type)
-        part.chunks.append(text)
-        self._emit(
-            b'%s%s,"sequence_number":%d}' % (part.delta_prefix, _dumps(text), self._seq),
-            delta_type.decode(),
-        )
+        self._hot = part
+        self._delta(part, text)
 
     def _open_item(self, item_type: str) -> _Item:
         if item_type == "message":
@@ -272,18 +298,18 @@ class OutputItemStreamer:
         )
         return item
 
-    def _open_part(self, item: _Item, kind: str, delta_type: bytes) -> _Part:
+    def _open_part(self, item: _Item, kind: str, delta_type: str) -> _Part:
         if item.part is not None:
             self._close_part(item)
         index = len(item.item["content"])
         prefix = b'{"type":"%s","item_id":"%s","output_index":%d,"content_index":%d,%s"delta":' % (
-            delta_type,
+            delta_type.encode(),
             item.id.encode(),
             item.output_index,
             index,
             b'"logprobs":[],' if kind == "output_text" else b"",
         )
-        part = item.part = _Part(kind, index, prefix)
+        part = item.part = _Part(kind, index, delta_type, prefix)
         self._event(
             {
                 "type": "response.content_part.added",
@@ -311,7 +337,7 @@ class OutputItemStreamer:
             full = {"type": "reasoning_text", "text": text}
         self._event({"type": "response.content_part.done", **where, "part": full})
         item.item["content"].append(full)
-        item.part = None
+        item.part = self._hot = None
 
     def _close_open(self, status: str) -> None:
         item = self._open

@@ -52,7 +52,7 @@ class SSEDecoder:
         if not chunk:
             return []
         if b"\r" in chunk:  # slow path: normalise every line end to \n
-            self._skip_lf = False
+            self._skip_lf = chunk[-1] == 13
             chunk = chunk.replace(b"\r\n", b"\n").replace(b"\r", b"\n")
         end = chunk.rfind(b"\n")
         if end < 0:

@@ -39,17 +39,8 @@ WEATHER_FN = {
 def run(request: dict[str, Any], options: LoweringOptions | None = None) -> dict[str, Any]:
     """The pipeline's order: normalise input, convert tools over the items, lower."""
     items = normalize_input(request.get("input"))
-    names = convert(request.get("tools"), items)
+    names = ResponsesToolNames.convert(request.get("tools"), items)
     return lower(request, items, names, options or LoweringOptions())
-
-
-def convert(tools: Any, items: list[dict[str, Any]]) -> ResponsesToolNames:
-    try:
-        return ResponsesToolNames.convert(tools, items)
-    except NotImplementedError:  # TEMPORARY: until streamer/tools.py lands
-        from tests._fake_names import FakeNames
-
-        return FakeNames.convert(tools, items)  # type: ignore[return-value]
 
 
 def messages(input_: Any, **request: Any) -> list[dict[str, Any]]:
@@ -547,7 +538,7 @@ def test_unlowerable_items_are_dropped_not_rejected() -> None:
 
 def test_tools_are_flat_functions_omitting_none_fields() -> None:
     tools = [WEATHER_FN, {"type": "function", "name": "ping"}, DOCS_NS, {"type": "web_search"}]
-    names = convert(tools, [])
+    names = ResponsesToolNames.convert(tools, [])
     chat = lower({"model": "m", "input": "x", "tools": tools}, [], names)
     assert chat["tools"][0] == {
         "type": "function",
@@ -972,7 +963,7 @@ def test_public_output_replays_under_the_offered_flat_name() -> None:
 
 
 def test_lower_accepts_raw_items_and_validates_them() -> None:
-    names = convert(None, [])
+    names = ResponsesToolNames.convert(None, [])
     chat = lower({"model": "m"}, [{"role": "user", "content": "hi"}], names)  # type: ignore[list-item]
     assert chat["messages"] == [{"role": "user", "content": "hi"}]
     with pytest.raises(RequestError) as caught:

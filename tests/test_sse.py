@@ -35,7 +35,9 @@ def test_data_lines_and_event_names() -> None:
 
 
 def test_multiline_data_is_joined_with_newlines() -> None:
-    assert decode_all([b"data: one\ndata:two\ndata:  three\n\n"]) == [SSEMessage(None, "one\ntwo\n three")]
+    assert decode_all([b"data: one\ndata:two\ndata:  three\n\n"]) == [
+        SSEMessage(None, "one\ntwo\n three")
+    ]
 
 
 def test_comments_id_retry_and_unknown_fields_are_ignored() -> None:
@@ -117,7 +119,10 @@ def test_oversized_line_and_event_raise() -> None:
 def test_encode_and_encode_many() -> None:
     a = Event("response.created", b'{"type":"response.created","sequence_number":0}')
     b = Event("response.output_text.delta", b'{"type":"response.output_text.delta","delta":"hi"}')
-    assert encode(a) == b'event: response.created\ndata: {"type":"response.created","sequence_number":0}\n\n'
+    assert (
+        encode(a)
+        == b'event: response.created\ndata: {"type":"response.created","sequence_number":0}\n\n'
+    )
     assert encode_many([a, b]) == encode(a) + encode(b)
     assert encode_many([]) == b""
     assert decode_all([encode_many([a, b])]) == [
@@ -128,10 +133,13 @@ def test_encode_and_encode_many() -> None:
 
 # ---------------------------------------------------------------- property: chunking never matters
 
-line_text = st.text(st.characters(exclude_categories=("Cs",), exclude_characters="\r\n"), max_size=30)
+line_text = st.text(
+    st.characters(exclude_categories=("Cs",), exclude_characters="\r\n"), max_size=30
+)
 messages = st.lists(
     st.tuples(
-        st.none() | st.text(st.characters(min_codepoint=33, max_codepoint=0x2FFF), min_size=1, max_size=12),
+        st.none()
+        | st.text(st.characters(min_codepoint=33, max_codepoint=0x2FFF), min_size=1, max_size=12),
         st.lists(line_text, min_size=1, max_size=4),
     ),
     max_size=8,
@@ -162,7 +170,9 @@ def streams(draw: st.DrawFn) -> tuple[bytes, list[SSEMessage]]:
 
 @settings(max_examples=300, deadline=None)
 @given(streams(), st.data())
-def test_any_split_gives_the_same_messages(case: tuple[bytes, list[SSEMessage]], data: st.DataObject) -> None:
+def test_any_split_gives_the_same_messages(
+    case: tuple[bytes, list[SSEMessage]], data: st.DataObject
+) -> None:
     stream, expected = case
     cuts = sorted(data.draw(st.lists(st.integers(0, len(stream)), max_size=12)))
     chunks = [stream[a:b] for a, b in zip([0, *cuts], [*cuts, len(stream)], strict=True)]
@@ -175,4 +185,6 @@ def test_any_split_gives_the_same_messages(case: tuple[bytes, list[SSEMessage]],
 def test_encoded_events_decode_back(payloads: list[dict[str, str]]) -> None:
     events = [Event(f"response.test.{i}", orjson.dumps(p)) for i, p in enumerate(payloads)]
     decoded = decode_all(bytewise(encode_many(events)))
-    assert [(m.event, orjson.loads(m.data)) for m in decoded] == [(e.type, orjson.loads(e.data)) for e in events]
+    assert [(m.event, orjson.loads(m.data)) for m in decoded] == [
+        (e.type, orjson.loads(e.data)) for e in events
+    ]

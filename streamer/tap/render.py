@@ -3,7 +3,7 @@
 Three modes share one `Renderer`:
 - `timeline` (default): one line per output item (its deltas collapsed into their text, with
   counts), lifecycle and other events on their own lines, violations under the line where
-  they occur;
+  they occur; a Chat Completions stream collapses runs of text and each tool call the same way;
 - `follow`: one line per event, printed as it arrives;
 - `json`: one object per event `{position, t, type, event, identity, violations}`, then one
   `{"summary": {...}}` object.
@@ -21,12 +21,13 @@ import orjson
 
 from streamer import deltas as d
 from streamer.tap.grammar import Violation, part_text
-from streamer.tap.sources import ChatDone
+from streamer.tap.sources import CHAT_SSE, TERMINAL_TYPES, ChatDone
 
 CALL_KINDS = {"function_call": "function", "custom_tool_call": "custom"}
 COLORS = {"dim": "2", "bold": "1", "red": "31", "green": "32", "yellow": "33", "blue": "34"}
 COLORS |= {"magenta": "35", "cyan": "36"}
 STATUS_COLOR = {"completed": "green", "incomplete": "yellow", "failed": "red"}
+PART_ADDED = ("response.content_part.added", "response.reasoning_summary_part.added")
 CHAT_TYPES = {
     d.TextDelta: "chat.text",
     d.ReasoningDelta: "chat.reasoning",
@@ -51,10 +52,12 @@ def identity(item_type: str, name: Any, namespace: Any, names: Any | None) -> di
     return {"namespace": ident.namespace, "name": ident.name, "kind": ident.kind}
 
 
-def label(ident: dict[str, Any] | None) -> str:
-    if ident is None:
-        return "?"
+def label(ident: dict[str, Any]) -> str:
     return f"{ident['namespace']}/{ident['name']}" if ident["namespace"] else ident["name"]
+
+
+def plural(n: int, word: str) -> str:
+    return f"{n} {word}" if n == 1 else f"{n} {word}s"
 
 
 def quote(text: str, limit: int = 80) -> str:
@@ -62,15 +65,26 @@ def quote(text: str, limit: int = 80) -> str:
     return short + "…" if len(text) > limit else short
 
 
+def raw_json(text: str, limit: int = 100) -> str:
+    """Arguments are JSON already: shown as they are, on one line."""
+    text = text.replace("\n", " ")
+    return text[:limit] + "…" if len(text) > limit else text
+
+
 @dataclass(slots=True)
-class _ItemView:
+class _Run:
+    """Events collapsed into one timeline line: an output item, or a run of chat deltas."""
+
     first: int
     t: float
-    item: dict[str, Any]
-    ident: dict[str, Any] | None
+    since: float | None  # the previous event's time, for the gap column
+    item: dict[str, Any] = field(default_factory=dict)
+    ident: dict[str, Any] | None = None
     parts: dict[tuple[str, int], list[str]] = field(default_factory=dict)
+    part_types: dict[tuple[str, int], str] = field(default_factory=dict)
     args: list[str] = field(default_factory=list)
     violations: list[Violation] = field(default_factory=list)
+    key: Any = None  # chat: the delta kind, or ("tool_call", index)
 
 
 @dataclass(slots=True)
@@ -92,150 +106,169 @@ class Renderer:
         self.out, self.mode, self.color, self.names = out, mode, color, names
         self.timed = False
         self.summary = Summary()
-        self.items: dict[Any, _ItemView] = {}
+        self.items: dict[Any, _Run] = {}
         self.prev_t: float | None = None
+        self.chat_run: _Run | None = None
         self.chat_names: dict[int, str] = {}
-        self.chat_text: dict[str, list[str]] = {}
 
     # -- output helpers ----------------------------------------------------------------------
 
     def paint(self, text: str, color: str) -> str:
         return f"\x1b[{COLORS[color]}m{text}\x1b[0m" if self.color else text
 
-    def line(self, position: str, t: float | None, text: str) -> None:
+    def line(self, position: str, t: float, text: str, since: float | None) -> None:
         prefix = ""
-        if self.timed and t is not None:
-            gap = "" if self.prev_t is None else f"+{(t - self.prev_t) * 1000:.0f}ms"
-            prefix = self.paint(f"{t:8.3f}s {gap:>8} ", "dim")
+        if self.timed:
+            gap = "" if since is None else f"+{(t - since) * 1000:.0f}ms"
+            prefix = self.paint(f"{t:8.3f}s {gap:>7} ", "dim")
         self.out.write(f"{prefix}{self.paint(f'{position:<8}', 'dim')}{text}\n")
 
     def flag(self, violations: list[Violation]) -> None:
         for v in violations:
             self.out.write(self.paint(f"  ! #{v.position} {v.rule}: {v.message}", "red") + "\n")
 
-    # -- events ------------------------------------------------------------------------------
+    def _count(self, t: float) -> None:
+        s = self.summary
+        s.events += 1
+        s.first_t = t if s.first_t is None else s.first_t
+        s.last_t = t
+
+    # -- Responses events --------------------------------------------------------------------
 
     def event(self, position: int, t: float, event: Any, violations: list[Violation]) -> None:
         """One Responses event (a dict) or a frame that could not be decoded (its text)."""
-        s = self.summary
-        s.events += 1
-        s.violations += len(violations)
-        s.first_t = t if s.first_t is None else s.first_t
-        s.last_t = t
+        self._count(t)
+        self.summary.violations += len(violations)
         kind = event.get("type") if isinstance(event, dict) else None
-        view = self._track(position, t, event, kind)
+        run = self._track(position, t, event, kind)
         if self.mode == "json":
-            ident = view.ident if view is not None else None
-            self._json(position, t, str(kind) if kind else None, event, ident, violations)
+            self._json(position, t, kind, event, run.ident if run else None, violations)
         elif self.mode == "follow":
-            self.line(f"#{position}", t, self._describe(event, kind, view))
+            self.line(f"#{position}", t, self._describe(event, kind, run), self.prev_t)
             self.flag(violations)
-        elif view is not None and kind != "response.output_item.done":
-            view.violations += violations  # shown under the item's line when it is done
+        elif run is not None and kind != "response.output_item.done":
+            run.violations += violations  # shown under the item's line when it is done
+        elif run is not None:
+            self._item_line(run, f"#{run.first}-{position}", self._status(run.item))
+            self.flag(violations)
         else:
-            if view is not None:
-                self._item_line(view, position, t, violations)
-            else:
-                self.line(f"#{position}", t, self._describe(event, kind, None))
-                self.flag(violations)
+            if kind in TERMINAL_TYPES:
+                self._open_items()
+            self.line(f"#{position}", t, self._describe(event, kind, None), self.prev_t)
+            self.flag(violations)
         self.prev_t = t
 
-    def _track(self, position: int, t: float, event: Any, kind: Any) -> _ItemView | None:
-        """Follow items (for collapsing, identities and the summary); the event's item view."""
+    def _track(self, position: int, t: float, event: Any, kind: Any) -> _Run | None:
+        """Follow items (for collapsing, identities and the summary): the event's item."""
         if not isinstance(event, dict):
             return None
-        if kind == "response.output_item.added":
+        if kind in ("response.output_item.added", "response.output_item.done"):
             item = event.get("item") if isinstance(event.get("item"), dict) else {}
-            ident = identity(str(item.get("type")), item.get("name"), item.get("namespace"), self.names)
-            view = _ItemView(position, t, item, ident)
-            self.items[item.get("id")] = view
-            return view
-        if kind == "response.output_item.done":
-            item = event.get("item") if isinstance(event.get("item"), dict) else {}
-            view = self.items.pop(item.get("id"), None)
-            if view is None:
-                return None
-            view.item = item
-            view.ident = identity(str(item.get("type")), item.get("name"), item.get("namespace"), self.names)
+            ident = identity(
+                str(item.get("type")), item.get("name"), item.get("namespace"), self.names
+            )
+            if kind.endswith(".done"):
+                run = self.items.pop(item.get("id"), None)
+                if run is not None:
+                    run.item, run.ident = item, ident
+                return run
+            run = _Run(position, t, self.prev_t, item, ident)
+            self.items[item.get("id")] = run
             self.summary.items[str(item.get("type"))] += 1
-            if view.ident is not None:
-                self.summary.calls[label(view.ident)] += 1
-            return view
-        if kind in ("response.completed", "response.incomplete", "response.failed"):
+            if ident is not None:
+                self.summary.calls[label(ident)] += 1
+            return run
+        if kind in TERMINAL_TYPES:
             response = event.get("response") if isinstance(event.get("response"), dict) else {}
             self.summary.terminal = response.get("status") or kind
             self.summary.usage = response.get("usage") or self.summary.usage
-        elif kind == "error":
-            self.summary.terminal = "error"
-        view = self.items.get(event.get("item_id"))
-        if view is not None and isinstance(kind, str) and kind.endswith(".delta"):
+        run = self.items.get(event.get("item_id"))
+        if run is None or not isinstance(kind, str):
+            return run
+        family = "summary" if "summary_index" in event else "content"
+        index = event.get(f"{family}_index")
+        if kind in PART_ADDED:
+            part = event.get("part") if isinstance(event.get("part"), dict) else {}
+            run.part_types[(family, index)] = str(part.get("type", family))  # type: ignore[index]
+        elif kind.endswith(".delta"):
             text = event.get("delta") if isinstance(event.get("delta"), str) else ""
-            if "summary_index" in event:
-                view.parts.setdefault(("summary", event["summary_index"]), []).append(text)
-            elif "content_index" in event:
-                view.parts.setdefault(("content", event["content_index"]), []).append(text)
-            else:
-                view.args.append(text)
-        return view
+            target = run.args if index is None else run.parts.setdefault((family, index), [])  # type: ignore[index]
+            target.append(text)
+        return run
 
-    def _item_line(self, view: _ItemView, position: int, t: float, violations: list[Violation]) -> None:
-        item = view.item
+    def _status(self, item: dict[str, Any]) -> str:
         status = str(item.get("status", ""))
-        head = f"[{item.get('type')}] {item.get('id')} " + self.paint(status, STATUS_COLOR.get(status, "dim"))
-        bits = [self._item_body(view)]
-        self.line(f"#{view.first}-{position}", view.t, f"{head}  {'  '.join(b for b in bits if b)}")
-        self.flag(view.violations + violations)
+        return self.paint(status, STATUS_COLOR.get(status, "dim"))
 
-    def _item_body(self, view: _ItemView) -> str:
-        item, out = view.item, []
-        if view.ident is not None:
-            call = label(view.ident)
-            if item.get("name") and not item.get("namespace") and view.ident["namespace"]:
+    def _item_line(self, run: _Run, position: str, status: str) -> None:
+        item = run.item
+        head = f"[{item.get('type')}] {item.get('id')} {status}"
+        self.line(position, run.t, f"{head}  {self._item_body(run)}".rstrip(), run.since)
+        self.flag(run.violations)
+
+    def _item_body(self, run: _Run) -> str:
+        item, out = run.item, []
+        if run.ident is not None:
+            call = label(run.ident)
+            if item.get("name") and not item.get("namespace") and run.ident["namespace"]:
                 call = f"{item['name']} → {call}"  # a flat name, decoded through the tool map
             out.append(self.paint(call, "magenta") + f" {item.get('call_id')}")
-        for (family, index), chunks in view.parts.items():
-            out.append(f"{family}[{index}] {quote(''.join(chunks))} ({len(chunks)} deltas)")
+        for key, chunks in run.parts.items():
+            kind = run.part_types.get(key, key[0])
+            out.append(f"{kind} {quote(''.join(chunks))} ({plural(len(chunks), 'delta')})")
         for key in ("content", "summary"):
-            for i, part in enumerate(item.get(key) or []):
-                family = "summary" if key == "summary" else "content"
-                if (family, i) not in view.parts and part_text(part):
+            parts = item.get(key)
+            for i, part in enumerate(parts if isinstance(parts, list) else []):
+                if (key, i) not in run.parts and part_text(part):
                     out.append(f"{part.get('type')} {quote(part_text(part) or '')}")
         field_name = "input" if item.get("type") == "custom_tool_call" else "arguments"
         text = item.get(field_name)
-        if isinstance(text, str | dict) and view.ident is not None:
-            text = text if isinstance(text, str) else orjson.dumps(text).decode()
-            count = f" ({len(view.args)} deltas)" if view.args else ""
-            out.append(f"{field_name} {quote(text)}{count}")
+        if isinstance(text, str | dict) and run.ident is not None:
+            shown = quote(text) if isinstance(text, str) and field_name == "input" else None
+            shown = shown or raw_json(
+                text if isinstance(text, str) else orjson.dumps(text).decode()
+            )
+            count = f" ({plural(len(run.args), 'delta')})" if run.args else ""
+            out.append(f"{field_name} {shown}{count}")
         return "  ".join(out)
 
-    def _describe(self, event: Any, kind: Any, view: _ItemView | None) -> str:
+    def _open_items(self) -> None:
+        """Items never done (a failure, a cut stream): show what they streamed, once."""
+        if self.mode == "timeline":
+            for run in self.items.values():
+                self._item_line(run, f"#{run.first}-", self.paint("never done", "red"))
+        self.items.clear()
+
+    def _describe(self, event: Any, kind: Any, run: _Run | None) -> str:
         if not isinstance(event, dict):
             return self.paint(f"malformed frame {quote(str(event))}", "red")
         kind = str(kind)
         text = self.paint(kind, "cyan" if "." not in kind.removeprefix("response.") else "blue")
         response = event.get("response")
         if isinstance(response, dict):
-            status = str(response.get("status"))
-            text += f"  {response.get('id')} " + self.paint(status, STATUS_COLOR.get(status, "dim"))
-            if response.get("incomplete_details"):
-                text += f" ({(response['incomplete_details'] or {}).get('reason')})"
+            text += f"  {response.get('id')} {self._status(response)}"
+            details = response.get("incomplete_details")
+            if isinstance(details, dict):
+                text += f" ({details.get('reason')})"
             if isinstance(response.get("error"), dict):
-                text += f"  {response['error'].get('code')}: {response['error'].get('message')}"
+                error = response["error"]
+                text += self.paint(f"  {error.get('code')}: {error.get('message')}", "red")
             return text
         if kind == "error":
             err = event.get("error") if isinstance(event.get("error"), dict) else event
             return text + self.paint(f"  {err.get('code')}: {err.get('message')}", "red")
-        if "item" in event and isinstance(event["item"], dict):
+        if isinstance(event.get("item"), dict):
             item = event["item"]
-            extra = f"  {self.paint(label(view.ident), 'magenta')}" if view and view.ident else ""
-            return text + f"  [{event.get('output_index')}] {item.get('type')} {item.get('id')}{extra}"
+            extra = f"  {self.paint(label(run.ident), 'magenta')}" if run and run.ident else ""
+            where = f"[{event.get('output_index')}] {item.get('type')} {item.get('id')}"
+            return f"{text}  {where}{extra}"
         for key in ("delta", "text", "arguments", "input", "refusal"):
             if isinstance(event.get(key), str):
                 return text + f"  {event.get('item_id')} {quote(event[key])}"
         return text
 
     def _json(
-        self, position: int, t: float, kind: str | None, event: Any, ident: Any, violations: list[Violation]
+        self, position: int, t: float, kind: Any, event: Any, ident: Any, found: list[Violation]
     ) -> None:
         record = {
             "position": position,
@@ -243,19 +276,18 @@ class Renderer:
             "type": kind,
             "event": event,
             "identity": ident,
-            "violations": [{"rule": v.rule, "message": v.message, "position": v.position} for v in violations],
+            "violations": [{"rule": v.rule, "message": v.message} for v in found],
         }
         self.out.write(orjson.dumps(record).decode() + "\n")
 
-    # -- chat (model deltas) -----------------------------------------------------------------
+    # -- Chat Completions deltas -------------------------------------------------------------
 
     def chat(self, position: int, t: float, delta: Any) -> None:
         """A model delta of a Chat Completions stream, or its [DONE]."""
+        self._count(t)
         s = self.summary
-        s.events += 1
-        s.first_t = t if s.first_t is None else s.first_t
-        s.last_t = t
-        kind = "chat.done" if isinstance(delta, ChatDone) else CHAT_TYPES.get(type(delta), "chat.other")
+        kind = "chat.done" if isinstance(delta, ChatDone) else CHAT_TYPES.get(type(delta), "chat")
+        s.items[kind] += 1
         ident = None
         if isinstance(delta, d.ToolCallDelta):
             name = self.chat_names.get(delta.index, "") + (delta.name or "")
@@ -269,57 +301,100 @@ class Renderer:
                 "output_tokens_details": {"reasoning_tokens": delta.reasoning_tokens},
                 "total_tokens": delta.input_tokens + delta.output_tokens,
             }
-        elif isinstance(delta, d.Finish):
-            s.terminal = delta.reason
+        elif isinstance(delta, d.Finish | d.UpstreamError):
+            s.terminal = delta.reason if isinstance(delta, d.Finish) else f"error {delta.code}"
+        fields = dataclasses.asdict(delta) if dataclasses.is_dataclass(delta) else {}
         if self.mode == "json":
-            body = dataclasses.asdict(delta) if dataclasses.is_dataclass(delta) else {}
-            self._json(position, t, kind, body, ident, [])
-        elif self.mode == "follow" or not isinstance(delta, d.TextDelta | d.ReasoningDelta | d.RefusalDelta):
-            self._chat_flush()
-            fields = dataclasses.asdict(delta) if dataclasses.is_dataclass(delta) else {}
-            shown = "  ".join(f"{k}={quote(v) if isinstance(v, str) else v}" for k, v in fields.items())
-            if ident is not None:
-                shown += "  " + self.paint(label(ident), "magenta")
-            self.line(f"#{position}", t, f"{self.paint(kind, 'blue')}  {shown}")
+            self._json(position, t, kind, fields, ident, [])
+        elif self.mode == "follow":
+            shown = "  ".join(
+                f"{k}={quote(v) if isinstance(v, str) else v}" for k, v in fields.items()
+            )
+            extra = f"  {self.paint(label(ident), 'magenta')}" if ident else ""
+            self.line(f"#{position}", t, f"{self.paint(kind, 'blue')}  {shown}{extra}", self.prev_t)
         else:
-            self.chat_text.setdefault(kind, []).append(delta.text)
+            self._chat_collapse(position, t, kind, delta, fields, ident)
         self.prev_t = t
 
-    def _chat_flush(self) -> None:
-        for kind, chunks in self.chat_text.items():
-            self.line("", None, f"{self.paint(kind, 'blue')}  {quote(''.join(chunks))} ({len(chunks)} deltas)")
-        self.chat_text.clear()
+    def _chat_collapse(
+        self, position: int, t: float, kind: str, delta: Any, fields: dict[str, Any], ident: Any
+    ) -> None:
+        key = ("tool_call", delta.index) if isinstance(delta, d.ToolCallDelta) else kind
+        collapsible = isinstance(delta, d.TextDelta | d.ReasoningDelta | d.RefusalDelta)
+        run = self.chat_run
+        if run is None or run.key != key:
+            self._chat_flush(position - 1)
+            if not (collapsible or isinstance(delta, d.ToolCallDelta)):
+                shown = "  ".join(f"{k}={v}" for k, v in fields.items())
+                self.line(
+                    f"#{position}", t, f"{self.paint(kind, 'blue')}  {shown}".rstrip(), self.prev_t
+                )
+                return
+            run = self.chat_run = _Run(position, t, self.prev_t, key=key)
+        if isinstance(delta, d.ToolCallDelta):
+            run.ident = ident
+            run.item.setdefault("id", delta.id)
+            run.args.append(delta.arguments)
+        else:
+            run.args.append(delta.text)
+
+    def _chat_flush(self, last: int) -> None:
+        run, self.chat_run = self.chat_run, None
+        if run is None:
+            return
+        count = f"({plural(len(run.args), 'delta')})"
+        if isinstance(run.key, tuple):
+            name = self.chat_names.get(run.key[1], "")
+            call = label(run.ident) if run.ident else name
+            call = call if call == name else f"{name} → {call}"
+            text = f"tool_call[{run.key[1]}] {run.item.get('id')} {self.paint(call, 'magenta')}"
+            text += f"  arguments {raw_json(''.join(run.args))} {count}"
+        else:
+            text = f"{self.paint(str(run.key), 'blue')}  {quote(''.join(run.args))} {count}"
+        self.line(f"#{run.first}-{last}", run.t, text, run.since)
 
     # -- the end -----------------------------------------------------------------------------
 
-    def end(self, violations: list[Violation], *, source_format: str | None, note: str | None) -> None:
-        self._chat_flush()
-        for view in list(self.items.values()):  # items never done: show what they streamed
-            if self.mode == "timeline":
-                self.line(f"#{view.first}-", view.t, f"[{view.item.get('type')}] {view.item.get('id')} "
-                          + self.paint("never done", "red") + f"  {self._item_body(view)}")
-                self.flag(view.violations)
+    def end(
+        self, violations: list[Violation], *, source_format: str | None, note: str | None
+    ) -> None:
+        self._chat_flush(self.summary.events - 1)
+        self._open_items()
+        for index, name in self.chat_names.items():
+            ident = identity("function_call", name, None, self.names)
+            self.summary.calls[label(ident) if ident else f"[{index}]"] += 1
         self.summary.violations += len(violations)
         data = self.summary_data(source_format, note)
         if self.mode == "json":
-            extra = [{"rule": v.rule, "message": v.message, "position": v.position} for v in violations]
-            self.out.write(orjson.dumps({"summary": {**data, "end_violations": extra}}).decode() + "\n")
+            extra = [
+                {"rule": v.rule, "message": v.message, "position": v.position} for v in violations
+            ]
+            self.out.write(
+                orjson.dumps({"summary": {**data, "end_violations": extra}}).decode() + "\n"
+            )
             return
         self.flag(violations)
         if note:
             self.out.write(self.paint(f"  ! {note}", "red") + "\n")
         self.out.write(self.paint("── summary ──", "bold") + "\n")
-        items = ", ".join(f"{k} ×{v}" for k, v in data["items"].items()) or "none"
-        calls = ", ".join(f"{k} ×{v}" for k, v in data["calls"].items()) or "none"
-        rows = [("events", f"{data['events']} ({source_format or 'no format'}), ended {data['terminal'] or 'without a terminal'}"),
-                ("items", items), ("calls", calls)]
-        if data["tokens"]:
-            tk = data["tokens"]
-            rows.append(("tokens", f"input {tk['input']} (cached {tk['cached']}) · output {tk['output']} (reasoning {tk['reasoning']}) · total {tk['total']}"))
+        times = "×"  # noqa: RUF001 - a multiplication sign, on purpose
+        items = ", ".join(f"{k} {times}{v}" for k, v in data["items"].items()) or "none"
+        calls = ", ".join(f"{k} {times}{v}" for k, v in data["calls"].items()) or "none"
+        ended = data["terminal"] or "without a terminal event"
+        rows = [("events", f"{data['events']} ({source_format or 'empty'}), ended {ended}")]
+        rows += [("deltas" if source_format == CHAT_SSE else "items", items), ("calls", calls)]
+        if tk := data["tokens"]:
+            rows.append(
+                (
+                    "tokens",
+                    f"input {tk['input']} (cached {tk['cached']}) · output {tk['output']} "
+                    f"(reasoning {tk['reasoning']}) · total {tk['total']}",
+                )
+            )
         if data["time_to_first_event"] is not None:
             rate = data["events_per_second"]
-            rows.append(("timing", f"first event after {data['time_to_first_event'] * 1000:.0f}ms"
-                         + (f" · {rate:.0f} events/s" if rate else "")))
+            timing = f"first event after {data['time_to_first_event'] * 1000:.0f}ms"
+            rows.append(("timing", timing + (f" · {rate:.0f} events/s" if rate else "")))
         count = data["violations"]
         rows.append(("violations", self.paint(str(count), "red" if count else "green")))
         for key, value in rows:
@@ -337,8 +412,8 @@ class Renderer:
                 "reasoning": (usage.get("output_tokens_details") or {}).get("reasoning_tokens", 0),
                 "total": usage.get("total_tokens", 0),
             }
-        span = (s.last_t or 0.0) - (s.first_t or 0.0)
         timed = self.timed and s.first_t is not None
+        span = (s.last_t or 0.0) - (s.first_t or 0.0)
         return {
             "format": source_format,
             "events": s.events,
@@ -346,7 +421,7 @@ class Renderer:
             "items": dict(s.items),
             "calls": dict(s.calls),
             "tokens": tokens,
-            "time_to_first_event": round(s.first_t, 6) if timed else None,
+            "time_to_first_event": round(s.first_t or 0.0, 6) if timed else None,
             "events_per_second": round(s.events / span, 1) if timed and span > 0 else None,
             "violations": s.violations,
             "note": note,

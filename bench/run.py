@@ -1,0 +1,384 @@
+"""The benchmark suite (`make bench`): the gateway against the raw relay and the peers.
+
+Starts the load backend, the raw relay, the gateway (`python -m streamer serve`) and the
+LiteLLM proxy when installed, then for every N (text deltas) and concurrency C runs the load
+client against each target, R times, interleaved, and writes the medians as JSON and Markdown
+(and a PNG plot) under bench/results/. The gateway and the peers run pinned to core 0, the
+load client, the backend and this script to the other cores (see bench/README.md).
+
+    python bench/run.py            # the full matrix, ~10 minutes
+    python bench/run.py --quick    # c in {1, 16}, N = 200, one short run each, < 2 minutes
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import shlex
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import procstat
+import report
+import targets as tg
+
+BENCH = Path(__file__).resolve().parent
+
+
+class Progress:
+    """A one-line progress bar on stderr (a line per step when stderr is not a terminal)."""
+
+    def __init__(self, total: int) -> None:
+        self.total, self.done, self.t0 = max(total, 1), 0, time.monotonic()
+        self.tty = sys.stderr.isatty()
+
+    def show(self, what: str) -> None:
+        frac = self.done / self.total
+        elapsed = time.monotonic() - self.t0
+        eta = elapsed / frac - elapsed if self.done else 0.0
+        bar = "#" * int(30 * frac) + "." * (30 - int(30 * frac))
+        line = f"[{bar}] {self.done}/{self.total} {elapsed:4.0f}s eta {eta:3.0f}s  {what}"
+        if self.tty:
+            sys.stderr.write("\r\x1b[K" + line[:150])
+        else:
+            sys.stderr.write(line + "\n")
+        sys.stderr.flush()
+
+    def step(self, what: str) -> None:
+        self.done += 1
+        self.show(what)
+
+    def close(self) -> None:
+        if self.tty:
+            sys.stderr.write("\n")
+
+
+def cpu_sets(args: argparse.Namespace) -> tuple[set[int] | None, set[int] | None, str]:
+    avail = sorted(os.sched_getaffinity(0))
+    if args.no_pin or len(avail) < 2:
+        return None, None, "none (fewer than 2 cores, or --no-pin)"
+    gw = {int(x) for x in args.gateway_cpus.split(",")} if args.gateway_cpus else {avail[0]}
+    load = {int(x) for x in args.load_cpus.split(",")} if args.load_cpus else set(avail) - gw
+    text = (
+        f"gateway, raw relay and peers on core(s) {sorted(gw)}; load client, backend and "
+        f"harness on core(s) {sorted(load)}"
+    )
+    return gw, load, text
+
+
+def client_cmd(
+    t: tg.Target, c: int, args: argparse.Namespace, backend: tg.Target, requests: int = 0
+) -> list[str]:
+    cmd = [
+        sys.executable,
+        str(BENCH / "load_client.py"),
+        "--url",
+        t.url,
+        "-c",
+        str(c),
+        "--expect",
+        t.expect,
+        "--json",
+        "--procs",
+        str(args.client_procs),
+    ]
+    if t.transport == "ws":
+        cmd.append("--ws")
+    if requests:
+        return [*cmd, "--requests", str(requests), "--timeout", str(args.smoke_timeout)]
+    cmd += ["--duration", str(args.duration), "--warmup", str(args.warmup)]
+    if t.pids:
+        cmd += ["--watch", f"target={t.pids[0]}"]
+    return [*cmd, "--watch", f"backend={backend.pids[0]}"]
+
+
+def run_client(cmd: list[str], cpus: set[int] | None, timeout: float) -> dict[str, Any]:
+    def pin() -> None:
+        if cpus:
+            os.sched_setaffinity(0, cpus)
+
+    out = subprocess.run(cmd, capture_output=True, timeout=timeout, preexec_fn=pin, cwd=BENCH)
+    if out.returncode != 0:
+        raise RuntimeError(out.stderr.decode()[-400:])
+    return json.loads(out.stdout)
+
+
+def settle(t: tg.Target, limit: float) -> None:
+    """Wait until the target is idle again (a slow peer may still chew on cancelled streams)."""
+    if not t.pids:
+        return
+    deadline = time.monotonic() + limit
+    while time.monotonic() < deadline:
+        pids = t.tree()
+        a = procstat.cpu_seconds(pids)
+        time.sleep(0.1)
+        if procstat.cpu_seconds(pids) - a <= 0.01:
+            return
+
+
+def measure(
+    t: tg.Target, c: int, args: argparse.Namespace, backend: tg.Target, load: set[int] | None
+) -> dict[str, Any]:
+    settle(t, 15 if t.kind == "peer" else 5)
+    tree = t.tree()
+    procstat.reset_peak_rss(tree)
+    r = run_client(client_cmd(t, c, args, backend), load, args.warmup + args.duration + 60)
+    r.pop("samples", None)
+    w = r["window_s"] or 1e-9
+    cpu = r["cpu_s"]
+    r["peak_rss_mb"] = procstat.peak_rss_mb(t.tree()) if tree else None
+    r["target_cpu_util"] = cpu["target"] / w if "target" in cpu else None
+    r["cpu_us_per_event"] = (
+        cpu["target"] / r["events"] * 1e6 if "target" in cpu and r["events"] else None
+    )
+    r["client_cpu_util"] = cpu["client"] / w
+    r["backend_cpu_util"] = cpu["backend"] / w
+    ours = cpu["client"] + cpu["backend"] + cpu.get("target", 0.0)
+    r["others_cpu_util"] = max(0.0, cpu["machine"] - ours) / w if "machine" in cpu else None
+    n_load = len(load) if load else os.cpu_count() or 1
+    r["load_bound"] = (
+        r["client_cpu_util"] >= 0.85 * args.client_procs
+        or r["client_cpu_util"] + r["backend_cpu_util"] >= 0.9 * n_load
+    )
+    return r
+
+
+def smoke(
+    t: tg.Target, args: argparse.Namespace, backend: tg.Target, load: set[int] | None
+) -> None:
+    """Two requests before the matrix: a target that cannot answer them is left out."""
+    try:
+        r = run_client(client_cmd(t, 1, args, backend, requests=2), load, args.smoke_timeout + 30)
+    except (RuntimeError, subprocess.TimeoutExpired, json.JSONDecodeError) as exc:
+        r = {"requests": 0, "failure_kinds": {"client": str(exc)[-200:]}, "terminal": {}}
+    if r["requests"] == 0:
+        t.status = "skipped" if t.kind == "peer" else "failed"
+        t.reason = f"smoke requests failed: {r['failure_kinds'] or r['terminal']}"
+    elif r.get("namespace_bad"):
+        t.reason = f"namespace not restored: {r['namespace_bad']}"
+
+
+def run_extra(script: Path, quick: bool, gw: set[int] | None, timeout: float) -> dict[str, Any]:
+    """Another engineer's micro-benchmark (bench_streamer.py, bench_tools.py), if present."""
+    if not script.exists():
+        return {"status": "absent", "output": ""}
+    env = {**os.environ, "PYTHONPATH": str(BENCH.parent)}
+
+    def pin() -> None:
+        if gw:
+            os.sched_setaffinity(0, gw)
+
+    try:
+        helptext = subprocess.run(
+            [sys.executable, str(script), "--help"], capture_output=True, timeout=60, env=env
+        ).stdout.decode()
+        cmd = [sys.executable, str(script)]
+        if quick and "--quick" in helptext:
+            cmd.append("--quick")
+        out = subprocess.run(
+            cmd, capture_output=True, timeout=timeout, env=env, preexec_fn=pin, cwd=BENCH.parent
+        )
+    except subprocess.TimeoutExpired:
+        return {"status": f"timed out after {timeout:.0f} s", "output": ""}
+    text = out.stdout.decode() + (out.stderr.decode()[-2000:] if out.returncode else "")
+    return {"status": "ok" if out.returncode == 0 else f"exit {out.returncode}", "output": text}
+
+
+def start_targets(
+    args: argparse.Namespace, backend: tg.Target, gw: set[int] | None, logs: Path
+) -> list[tg.Target]:
+    upstream = backend.url + "/v1"
+    out = [tg.start_relay(upstream, gw, logs)]
+    if not args.no_gateway:
+        why = tg.gateway_available()
+        if why:
+            out.append(tg.Target("streamer", "gateway", status="failed", reason=why))
+        else:
+            gateway = tg.start_gateway(upstream, gw, logs, args.gateway_arg)
+            out.append(gateway)
+            if args.ws:
+                ws = tg.Target("streamer", "gateway", gateway.url, transport="ws")
+                ws.pids, ws.pinned, ws.version = gateway.pids, gateway.pinned, gateway.version
+                ws.status, ws.reason = gateway.status, gateway.reason
+                out.append(ws)
+    if not args.no_litellm:
+        out.append(tg.start_litellm(upstream, gw, logs, args.litellm_timeout))
+    out += [tg.external_peer(spec) for spec in args.peer]
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    gw, load, pinning = cpu_sets(args)
+    if load:
+        os.sched_setaffinity(0, load)
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    logs = args.out / "raw" / stamp
+    logs.mkdir(parents=True, exist_ok=True)
+    cs, ns, runs = args.concurrency, args.n, args.runs
+    started = time.strftime("%Y-%m-%d %H:%M")
+    print(f"bench: {pinning}; logs in {logs}", file=sys.stderr)
+    backend = tg.start_backend(ns[0], args.m, load, logs)
+    started_targets: list[tg.Target] = []
+    cells: list[dict[str, Any]] = []
+    extras: dict[str, Any] = {}
+    try:
+        print("bench: starting the targets (LiteLLM takes a while)", file=sys.stderr)
+        started_targets = start_targets(args, backend, gw, logs)
+        for t in started_targets:
+            if t.status == "ok":
+                smoke(t, args, backend, load)
+        active = [t for t in started_targets if t.status == "ok"]
+        for t in started_targets:
+            mark = "ok" if t.status == "ok" else f"{t.status}: {t.reason}"
+            print(f"bench: {t.name} [{t.transport}] {mark}", file=sys.stderr)
+        extra_scripts = [] if args.no_extras else ["bench_streamer.py", "bench_tools.py"]
+        progress = Progress(len(ns) * len(cs) * runs * len(active) + len(extra_scripts))
+        for n in ns:
+            tg.control_backend(backend, n, args.m)
+            for c in cs:
+                per_target: dict[int, list[dict[str, Any]]] = {i: [] for i in range(len(active))}
+                for rep in range(runs):
+                    for i, t in enumerate(active):
+                        label = f"{t.name} {t.transport} N={n} c={c} run {rep + 1}/{runs}"
+                        progress.show(label)
+                        try:
+                            per_target[i].append(measure(t, c, args, backend, load))
+                        except (RuntimeError, subprocess.TimeoutExpired, KeyError) as exc:
+                            print(f"\nbench: {label} failed: {exc}", file=sys.stderr)
+                        progress.step(label)
+                for i, t in enumerate(active):
+                    if per_target[i]:
+                        cells.append(
+                            {
+                                "target": t.name,
+                                "transport": t.transport,
+                                "kind": t.kind,
+                                "order": i,
+                                "n": n,
+                                "c": c,
+                                "m": args.m,
+                                "median": report.cell_summary(per_target[i]),
+                                "runs": per_target[i],
+                            }
+                        )
+        for t in started_targets:
+            tg.stop(t.proc)
+        for name in extra_scripts:
+            progress.show(name)
+            timeout = 90 if args.quick else 300
+            extras[f"bench/{name}"] = run_extra(BENCH / name, args.quick, gw, timeout)
+            progress.step(name)
+        progress.close()
+    finally:
+        for t in started_targets:
+            tg.stop(t.proc)
+        tg.stop(backend.proc)
+    report.add_ratios(cells)
+    result = {
+        "meta": {
+            "started": started,
+            "command": "python bench/run.py "
+            + shlex.join(argv if argv is not None else sys.argv[1:]),
+            "machine": machine(),
+            "pinning": pinning,
+            "settings": {
+                "concurrency": cs,
+                "n": ns,
+                "m": args.m,
+                "runs": runs,
+                "duration": args.duration,
+                "warmup": args.warmup,
+                "quick": args.quick,
+                "client_procs": args.client_procs,
+            },
+            "logs": str(logs),
+        },
+        "targets": [t.describe() for t in started_targets],
+        "cells": cells,
+        "extras": extras,
+    }
+    paths = report.write(result, args.out, args.name or ("quick" if args.quick else "bench"))
+    sys.stdout.write(report.markdown(result))
+    print("bench: wrote " + ", ".join(str(p) for p in paths.values()), file=sys.stderr)
+    failed = [t for t in started_targets if t.kind == "gateway" and t.status == "failed"]
+    return 1 if failed and not args.allow_gateway_failure else 0
+
+
+def machine() -> str:
+    model = ""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                model = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    return (
+        f"{os.cpu_count()} cores ({model or platform.machine()}), Linux {platform.release()}, "
+        f"Python {platform.python_version()}"
+    )
+
+
+def _ints(text: str) -> list[int]:
+    return [int(x) for x in text.split(",") if x.strip()]
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    p.add_argument("--quick", action="store_true", help="c in {1,16}, N=200, 1 run of 1.5 s")
+    p.add_argument("--ws", action="store_true", help="add the gateway's WebSocket mode rows")
+    p.add_argument("--concurrency", type=_ints, help="comma list (default 1,16,64)")
+    p.add_argument("--n", type=_ints, help="text deltas, comma list (default 50,200,2000)")
+    p.add_argument("--m", type=int, default=50, help="argument fragments (default 50)")
+    p.add_argument("--runs", type=int, help="runs per cell, the median is kept (default 3)")
+    p.add_argument("--duration", type=float, help="measured seconds per run (default 3)")
+    p.add_argument("--warmup", type=float, help="seconds of load before each run (default 1)")
+    p.add_argument(
+        "--peer",
+        action="append",
+        default=[],
+        metavar="NAME=BASE_URL",
+        help="another gateway, already running, to measure too",
+    )
+    p.add_argument("--no-litellm", action="store_true", help="leave the LiteLLM proxy out")
+    p.add_argument("--no-gateway", action="store_true", help="leave streamer out")
+    p.add_argument(
+        "--gateway-arg",
+        action="append",
+        default=[],
+        help="extra argument for `streamer serve` (repeatable)",
+    )
+    p.add_argument(
+        "--no-extras", action="store_true", help="skip bench_streamer.py and bench_tools.py"
+    )
+    p.add_argument("--gateway-cpus", help="cores for the gateway and peers (default: the first)")
+    p.add_argument("--load-cpus", help="cores for the load client and backend (default: the rest)")
+    p.add_argument("--no-pin", action="store_true", help="do not pin anything")
+    p.add_argument("--client-procs", type=int, default=1, help="load client processes")
+    p.add_argument("--litellm-timeout", type=float, default=120.0, help="its start-up limit (s)")
+    p.add_argument("--smoke-timeout", type=float, default=30.0)
+    p.add_argument("--out", type=Path, default=BENCH / "results")
+    p.add_argument("--name", help="result file name (default: bench, or quick with --quick)")
+    p.add_argument(
+        "--allow-gateway-failure",
+        action="store_true",
+        help="exit 0 even when the gateway failed to start or answer",
+    )
+    args = p.parse_args(argv)
+    quick = args.quick
+    args.concurrency = args.concurrency or ([1, 16] if quick else [1, 16, 64])
+    args.n = args.n or ([200] if quick else [50, 200, 2000])
+    args.runs = args.runs or (1 if quick else 3)
+    args.duration = args.duration or (1.5 if quick else 3.0)
+    args.warmup = args.warmup if args.warmup is not None else (0.5 if quick else 1.0)
+    return args
+
+
+if __name__ == "__main__":
+    sys.exit(main())
