@@ -125,9 +125,15 @@ class Meter:
 def judge(last: bytes, expect: str) -> tuple[str, str | None]:
     """(terminal kind, namespace verdict) of the last event; verdict None: no call to check."""
     data = last
-    if not last.lstrip().startswith(b"{"):  # SSE: take the data lines
-        lines = [ln[5:].lstrip() for ln in last.splitlines() if ln.startswith(b"data:")]
-        data = b"\n".join(lines)
+    if not last.lstrip().startswith(b"{"):  # SSE: the data lines of the last event but [DONE]
+        events = [
+            b"\n".join(ln[5:].lstrip() for ln in ev.splitlines() if ln.startswith(b"data:"))
+            for ev in last.replace(b"\r\n", b"\n").split(b"\n\n")
+        ]
+        events = [e for e in events if e]
+        data = events[-1] if events else b""
+        if expect != "raw" and data == b"[DONE]" and len(events) > 1:
+            data = events[-2]
     if expect == "raw":
         return ("[DONE]" if data.strip() == b"[DONE]" else "no [DONE]"), None
     try:
@@ -178,10 +184,13 @@ async def sse_request(session: aiohttp.ClientSession, url: str, body: bytes, m: 
                     if mark in mcarry + data:
                         text = time.monotonic() - t_send
                     mcarry = data[-len(mark) :]
+                # keep the last two events: some servers send `data: [DONE]` after the terminal
                 pending += data
                 cut = pending.rfind(sep, 0, len(pending) - len(sep))
-                if cut >= 0:
-                    del pending[: cut + len(sep)]
+                if cut > 0:
+                    cut = pending.rfind(sep, 0, cut)
+                    if cut >= 0:
+                        del pending[: cut + len(sep)]
     except (aiohttp.ClientError, OSError) as exc:
         m.fail(type(exc).__name__)
         await asyncio.sleep(0.01)
@@ -231,6 +240,10 @@ async def ws_worker(
             await asyncio.sleep(0.01)
 
 
+def auth_headers(args: argparse.Namespace) -> dict[str, str]:
+    return {"Authorization": f"Bearer {args.api_key}"} if args.api_key else {}
+
+
 def ws_url(url: str) -> str:
     return "ws" + url[4:] if url.startswith("http") else url
 
@@ -251,7 +264,11 @@ async def run_window(args: argparse.Namespace, start_at: float) -> dict[str, Any
     connector = aiohttp.TCPConnector(limit=0, force_close=False, enable_cleanup_closed=False)
     timeout = aiohttp.ClientTimeout(total=None, sock_connect=10)
     async with aiohttp.ClientSession(
-        connector=connector, timeout=timeout, auto_decompress=False, read_bufsize=2**18
+        connector=connector,
+        timeout=timeout,
+        auto_decompress=False,
+        read_bufsize=2**18,
+        headers=auth_headers(args),
     ) as session:
         await asyncio.sleep(max(0.0, start_at - time.monotonic()))
         url = args.url.rstrip("/") + args.path
@@ -287,7 +304,9 @@ async def run_count(args: argparse.Namespace) -> dict[str, Any]:
     m = Meter(args.expect, 0.0, float("inf"))
     count = [args.requests]
     t_start = time.monotonic()
-    async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0)) as session:
+    async with aiohttp.ClientSession(
+        connector=aiohttp.TCPConnector(limit=0), headers=auth_headers(args)
+    ) as session:
         url = args.url.rstrip("/") + args.path
         body = request_body(args.model, args.ws)
         c = min(args.concurrency, args.requests)
@@ -386,6 +405,8 @@ def run_procs(args: argparse.Namespace) -> dict[str, Any]:
     ]
     if args.ws:
         base.append("--ws")
+    if args.api_key:
+        base += ["--api-key", args.api_key]
     children = [
         subprocess.Popen([*base, "-c", str(c)], stdout=subprocess.PIPE) for c in shares if c
     ]
@@ -421,6 +442,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         help="raw: Chat chunks from the raw relay, no namespace check",
     )
     p.add_argument("--model", default="bench")
+    p.add_argument(
+        "--api-key",
+        default=os.environ.get("BENCH_API_KEY", ""),
+        help="sent as Authorization: Bearer (default $BENCH_API_KEY)",
+    )
     p.add_argument(
         "--watch",
         action="append",

@@ -89,6 +89,8 @@ def client_cmd(
     ]
     if t.transport == "ws":
         cmd.append("--ws")
+    if t.api_key:
+        cmd += ["--api-key", t.api_key]
     if requests:
         return [*cmd, "--requests", str(requests), "--timeout", str(args.smoke_timeout)]
     cmd += ["--duration", str(args.duration), "--warmup", str(args.warmup)]

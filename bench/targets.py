@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import secrets
 import select
 import signal
 import socket
@@ -38,6 +39,7 @@ class Target:
     status: str = "ok"  # "ok" | "skipped" | "failed"
     reason: str = ""
     version: str = ""
+    api_key: str = ""  # sent as a Bearer token by the load client
     proc: subprocess.Popen[bytes] | None = None
 
     def tree(self) -> list[int]:
@@ -238,7 +240,9 @@ def start_litellm(upstream: str, cpus: set[int] | None, logs: Path, timeout: flo
     config = logs / "litellm.yaml"
     config.write_text(LITELLM_CONFIG.format(provider=LITELLM_PROVIDER, upstream=upstream))
     port = free_port()
+    target.api_key = "sk-bench-" + secrets.token_hex(16)
     env = {
+        "LITELLM_MASTER_KEY": target.api_key,  # it refuses to start without one
         "LITELLM_LOCAL_MODEL_COST_MAP": "True",  # no fetch of the cost map at start
         "LITELLM_LOG": "ERROR",
         "LITELLM_TELEMETRY": "False",

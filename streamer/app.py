@@ -2,17 +2,22 @@
 
 from __future__ import annotations
 
+import asyncio
 import hmac
 import logging
 import os
+import time
 from collections.abc import Awaitable, Callable
 
 import orjson
 from aiohttp import web
 
+from . import logs
 from .config import Settings
 from .errors import RequestError
 from .gateway import GATEWAY, Gateway
+from .logs import choose_request_id
+from .response import new_id
 
 log = logging.getLogger("streamer.app")
 
@@ -29,6 +34,30 @@ def _error(exc: RequestError) -> web.Response:
         content_type="application/json",
         headers=exc.headers,
     )
+
+
+@web.middleware
+async def observe_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """Request id (echoed as `X-Request-Id`), request metrics and an access log line."""
+    started = time.monotonic()
+    rid = choose_request_id(request.headers.get("X-Request-Id"), new_id("req"))
+    token = logs.request_id.set(rid)
+    status = 500
+    try:
+        response = await handler(request)
+        status = response.status
+        if not response.prepared:
+            response.headers["X-Request-Id"] = rid
+        return response
+    except asyncio.CancelledError:
+        status = 499  # the client went away first
+        raise
+    finally:
+        route = request.match_info.route.resource
+        name = route.canonical if route is not None else "unmatched"
+        request.app[GATEWAY].metrics.requests.labels(request.method, name, str(status)).inc()
+        logs.access(request.method, request.path, status, started)
+        logs.request_id.reset(token)
 
 
 @web.middleware
@@ -120,7 +149,7 @@ async def _stop(app: web.Application) -> None:
 def create_app(settings: Settings) -> web.Application:
     from . import http, retrieval, websocket
 
-    middlewares: list = [errors_middleware]
+    middlewares: list = [observe_middleware, errors_middleware]
     keys = settings.client_keys()
     if keys:
         middlewares.append(auth_middleware(keys))
@@ -140,10 +169,7 @@ def serve(settings: Settings) -> None:
         import uvloop
     except ImportError:  # pragma: no cover - uvloop is a dependency on Linux
         uvloop = None
-    logging.basicConfig(
-        level=getattr(logging, settings.log_level.upper(), logging.WARNING),
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
+    logs.configure(settings.log_level)
     print(
         f"streamer: serving http://{settings.host}:{settings.port}/v1 "
         f"-> {settings.upstream or 'embedded scripted model'} (pid {os.getpid()})",

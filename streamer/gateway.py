@@ -15,7 +15,9 @@ from aiohttp import web
 from .config import Settings
 from .errors import RequestError, invalid
 from .lowering import LoweringOptions
+from .metrics import Metrics
 from .pipeline import Turn, TurnOptions, Upstream, prepare
+from .recorder import TapDirectory
 from .tools import NamingConfig
 
 if TYPE_CHECKING:
@@ -61,6 +63,8 @@ class Gateway:
         self.options = turn_options(settings)
         self.background: Background
         self.stats: dict[str, int] = {"http_turns": 0, "ws_connections": 0, "ws_turns": 0}
+        self.metrics = Metrics()
+        self.tap = TapDirectory(settings.tap_dir) if settings.tap_dir else None
 
     async def prepare(
         self,

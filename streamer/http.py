@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from typing import Any
 
@@ -11,7 +12,9 @@ from aiohttp import web
 from . import sse
 from .errors import RequestError, invalid
 from .gateway import GATEWAY, Gateway
-from .pipeline import collect, stream_events
+from .logs import request_id
+from .observe import observed
+from .pipeline import collect
 
 log = logging.getLogger("streamer.http")
 
@@ -57,7 +60,8 @@ async def create_response(request: web.Request) -> web.StreamResponse:
     if body.get("background"):
         return await gateway.background.create(request, turn)
     if not body.get("stream"):
-        response = await collect(turn, gateway.upstream)
+        async with contextlib.aclosing(observed(gateway, turn, "json")) as events:
+            response = await collect(events, turn)
         await gateway.remember(turn)
         return json_response(response)
     return await stream_sse(request, gateway, turn)
@@ -65,13 +69,13 @@ async def create_response(request: web.Request) -> web.StreamResponse:
 
 async def stream_sse(request: web.Request, gateway: Gateway, turn: Any) -> web.StreamResponse:
     """Serve a turn as SSE: one write per batch of events ready at once."""
-    events = stream_events(turn, gateway.upstream)
+    events = observed(gateway, turn, "sse")
     try:
         first = await anext(events)  # opens the backend: its refusal is still an HTTP error
     except BaseException:
         await events.aclose()
         raise
-    reply = web.StreamResponse(headers=SSE_HEADERS)
+    reply = web.StreamResponse(headers={**SSE_HEADERS, "X-Request-Id": request_id.get() or ""})
     await reply.prepare(request)
     try:
         await reply.write(sse.encode_many(first))
@@ -95,7 +99,31 @@ async def healthz(request: web.Request) -> web.Response:
     return json_response({"status": "ok", "stats": request.app[GATEWAY].stats})
 
 
+async def readyz(request: web.Request) -> web.Response:
+    """Ready when the backend answers and the store is reachable (503 otherwise)."""
+    gateway = request.app[GATEWAY]
+    backend = await gateway.upstream.ping()
+    try:
+        store = await gateway.store.ping()
+    except Exception:
+        store = False
+    ready = backend and store
+    return json_response(
+        {"status": "ready" if ready else "not ready", "backend": backend, "store": store},
+        status=200 if ready else 503,
+    )
+
+
+async def metrics(request: web.Request) -> web.Response:
+    from .metrics import CONTENT_TYPE
+
+    body = request.app[GATEWAY].metrics.render()
+    return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE})
+
+
 def add_routes(app: web.Application) -> None:
     app.router.add_post("/v1/responses", create_response)
     app.router.add_get("/v1/models", list_models)
     app.router.add_get("/healthz", healthz)
+    app.router.add_get("/readyz", readyz)
+    app.router.add_get("/metrics", metrics)

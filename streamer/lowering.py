@@ -27,7 +27,7 @@ from streamer.input_items import (
     normalize_input,
     public_output_to_input,
 )
-from streamer.tools import FlatTool, ResponsesToolNames, ToolIdentity
+from streamer.tools import FlatTool, ResponsesToolNames
 
 __all__ = ["LoweringOptions", "lower", "normalize_input", "public_output_to_input"]
 
@@ -81,7 +81,6 @@ class _Messages:
         self.calls: list[dict[str, Any]] = []
         self.reasoning: list[str] = []
         self.search_ids: deque[str] = deque()  # synthesised ids of call_id-less searches
-        self.by_identity: dict[ToolIdentity, FlatTool] = {t.identity: t for t in names.tools}
 
     def open(self) -> list[str]:
         if self.texts is None:
@@ -189,11 +188,8 @@ class _Messages:
         kind, name = tool.get("type"), tool.get("name")
         if kind not in ("function", "custom") or not isinstance(name, str) or not name:
             return ""  # hosted tools are not callable through the backend
-        flat_tool = self.by_identity.get(ToolIdentity(namespace, name, kind))
-        if flat_tool is not None:
-            flat, description = flat_tool.name, flat_tool.description
-        else:
-            flat, description = self.names.encode(namespace, name, kind), tool.get("description")
+        flat = self.names.encode(namespace, name, kind)  # the name convert() declared
+        description = tool.get("description")  # the client's own, without grammar
         return f"- {flat}: {description}" if description else f"- {flat}"
 
 

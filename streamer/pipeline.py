@@ -9,7 +9,7 @@ same run for non-streaming requests. Every frontend goes through these three.
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -33,7 +33,11 @@ class Upstream(Protocol):
     """What the pipeline needs of a backend client (see streamer/upstream/chat.py)."""
 
     async def open(
-        self, chat_request: dict[str, Any], *, headers: dict[str, str] | None = None
+        self,
+        chat_request: dict[str, Any],
+        *,
+        headers: dict[str, str] | None = None,
+        on_raw: Callable[[bytes], None] | None = None,
     ) -> UpstreamStream: ...
 
 
@@ -122,7 +126,9 @@ def prepare(
     return Turn(request, items, names, chat_request, OutputItemStreamer(names, response))
 
 
-async def stream_events(turn: Turn, upstream: Upstream) -> AsyncIterator[list[Event]]:
+async def stream_events(
+    turn: Turn, upstream: Upstream, *, on_raw: Callable[[bytes], None] | None = None
+) -> AsyncIterator[list[Event]]:
     """Run the turn; yield one batch of events per upstream read.
 
     The upstream is opened before the first event, so that a backend that refuses the
@@ -130,7 +136,10 @@ async def stream_events(turn: Turn, upstream: Upstream) -> AsyncIterator[list[Ev
     Closing this generator (the client went away) closes the backend request at once.
     """
     streamer = turn.streamer
-    stream = await upstream.open(turn.chat_request, headers=turn.headers or None)
+    if on_raw is None:
+        stream = await upstream.open(turn.chat_request, headers=turn.headers or None)
+    else:  # record the backend's bytes as they come (`--tap-dir`)
+        stream = await upstream.open(turn.chat_request, headers=turn.headers or None, on_raw=on_raw)
     try:
         yield streamer.start()
         async for deltas in stream:
@@ -150,9 +159,9 @@ async def stream_events(turn: Turn, upstream: Upstream) -> AsyncIterator[list[Ev
         await stream.aclose()
 
 
-async def collect(turn: Turn, upstream: Upstream) -> dict[str, Any]:
+async def collect(events: AsyncIterator[list[Event]], turn: Turn) -> dict[str, Any]:
     """A non-streaming request: the same run, events dropped, the final response kept."""
-    async for _ in stream_events(turn, upstream):
+    async for _ in events:
         pass
     return turn.response
 

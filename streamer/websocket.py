@@ -4,7 +4,9 @@ Frames in are `response.create` events (the POST body, flat beside `type`); fram
 out are the very events the SSE route sends, from the same pipeline, one per message.
 The socket remembers each response it produced (effective input and public output),
 so `previous_response_id` continues with only the new items, even with `store:false`.
-Creates run FIFO per lane (`stream_id`); lanes run concurrently.
+Creates run FIFO per lane (`stream_id`); lanes run concurrently, at most
+`MAX_IN_FLIGHT` at once. An idle socket holds no task of its own: a lane's worker
+exists only while the lane has work.
 """
 
 from __future__ import annotations
@@ -13,13 +15,13 @@ import asyncio
 import contextlib
 import logging
 import re
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from typing import Any
 
 import orjson
 from aiohttp import WSCloseCode, WSMsgType, web
 
-from .errors import RequestError, invalid
+from .errors import RequestError, invalid, server_error
 from .events import Event
 from .gateway import GATEWAY, Gateway, continuation, previous_not_found
 from .pipeline import Turn, stream_events, warmup
@@ -27,48 +29,59 @@ from .pipeline import Turn, stream_events, warmup
 log = logging.getLogger("streamer.websocket")
 
 MAX_IN_FLIGHT = 16
-MAX_LANES = 32
+MAX_LANES = 32  # distinct named lanes per connection; the default lane does not count
+HEARTBEAT = 30.0  # seconds between pings; a peer that misses a pong is dropped
 _STREAM_ID = re.compile(r"[A-Za-z0-9_.-]{1,256}")
-_TERMINAL_FAILURES = frozenset({"response.failed", "error"})
 # Client-only fields of response.create that are not part of the request body.
 _FRAME_ONLY = ("type", "stream", "stream_id", "generate")
+
+Lane = str | None
+History = tuple[dict[str, Any], ...]
+
+SESSIONS = web.AppKey("ws_sessions", set)  # live sessions, for shutdown and introspection
 
 
 class Session:
     """One socket: its lanes, its remembered responses, its in-flight turns."""
 
-    def __init__(self, gateway: Gateway, ws: web.WebSocketResponse) -> None:
+    __slots__ = ("gateway", "ws", "request", "remembered", "queues", "named", "workers", "in_flight")
+
+    def __init__(self, gateway: Gateway, ws: web.WebSocketResponse, request: web.Request) -> None:
         self.gateway = gateway
         self.ws = ws
-        self.remembered: OrderedDict[str, list[dict[str, Any]]] = OrderedDict()
-        self.lanes: dict[str | None, asyncio.Queue[dict[str, Any]]] = {}
+        self.request = request  # the upgrade request: its Authorization may be forwarded
+        # response id -> (lane that produced it, its continuation history), oldest first
+        self.remembered: OrderedDict[str, tuple[Lane, History]] = OrderedDict()
+        self.queues: dict[Lane, deque[dict[str, Any]]] = {}  # lanes with work, and their backlog
+        self.named: set[str] = set()  # every named lane this socket has used
         self.workers: set[asyncio.Task[None]] = set()
         self.in_flight = asyncio.Semaphore(MAX_IN_FLIGHT)
 
     # -- receiving ----------------------------------------------------------------
 
     async def run(self) -> None:
+        """Read frames until the client leaves or the connection's lifetime is up."""
         lifetime = self.gateway.settings.ws_lifetime
         try:
             async with asyncio.timeout(lifetime):
                 async for message in self.ws:
                     if message.type in (WSMsgType.TEXT, WSMsgType.BINARY):
                         await self.receive(message.data)
-                    elif message.type is WSMsgType.ERROR:
-                        break
         except TimeoutError:
             await self.send_error(
                 RequestError(
-                    f"Responses websocket connection limit reached ({int(lifetime // 60)} minutes)."
+                    f"Responses websocket connection limit reached ({_duration(lifetime)})."
                     " Create a new websocket connection to continue.",
                     code="websocket_connection_limit_reached",
                 )
             )
-            await self.ws.close(code=WSCloseCode.OK)
+            await self.close()  # in-flight turns end before the socket does
+            await self.ws.close(code=WSCloseCode.OK, message=b"connection lifetime reached")
         finally:
             await self.close()
 
     async def receive(self, raw: str | bytes) -> None:
+        """Check one client frame and queue it on its lane; errors answer at once."""
         try:
             frame = orjson.loads(raw)
         except orjson.JSONDecodeError:
@@ -79,10 +92,12 @@ class Session:
             return
         kind = frame.get("type")
         if kind != "response.create":
-            await self.send_error(
-                invalid(f"Unsupported event type {kind!r}.", "type", "unsupported_event_type"),
-                frame.get("stream_id"),
+            message = (
+                f"Unsupported event type {kind!r}: this server accepts 'response.create'."
+                if kind is not None
+                else "Missing required parameter: 'type'."
             )
+            await self.send_error(invalid(message, "type", "unsupported_event_type"), frame.get("stream_id"))
             return
         lane = frame.get("stream_id")
         if lane is not None and (not isinstance(lane, str) or not _STREAM_ID.fullmatch(lane)):
@@ -91,96 +106,126 @@ class Session:
                         "invalid_stream_id")
             )
             return
-        queue = self.lanes.get(lane)
-        if queue is None:
-            if lane is not None and len(self.lanes) - (None in self.lanes) >= MAX_LANES:
+        if lane is not None and lane not in self.named:
+            if len(self.named) >= MAX_LANES:
                 await self.send_error(
                     invalid(f"At most {MAX_LANES} stream lanes per connection.", "stream_id",
                             "websocket_stream_limit_reached"),
                     lane,
                 )
                 return
-            queue = self.lanes[lane] = asyncio.Queue()
-            worker = asyncio.create_task(self.lane(lane, queue))
-            self.workers.add(worker)
-            worker.add_done_callback(self.workers.discard)
-        queue.put_nowait(frame)
+            self.named.add(lane)
+        queue = self.queues.get(lane)
+        if queue is not None:  # its worker is running and will get to it
+            queue.append(frame)
+            return
+        queue = self.queues[lane] = deque((frame,))
+        worker = asyncio.create_task(self.lane(lane, queue))
+        self.workers.add(worker)
+        worker.add_done_callback(self.workers.discard)
 
-    async def lane(self, lane: str | None, queue: asyncio.Queue[dict[str, Any]]) -> None:
-        """FIFO within the lane: one create at a time."""
-        while True:
-            frame = await queue.get()
-            async with self.in_flight:
-                try:
+    async def lane(self, lane: Lane, queue: deque[dict[str, Any]]) -> None:
+        """FIFO within the lane, one create at a time; exits once the lane is idle."""
+        try:
+            while queue:
+                frame = queue.popleft()
+                async with self.in_flight:
                     await self.create(frame, lane)
-                except (ConnectionError, RuntimeError) as exc:  # the socket went away
-                    log.debug("websocket closed during a turn: %s", exc)
-                    return
+        except ConnectionError as exc:  # the socket went away; run() cleans up
+            log.debug("websocket closed during a turn: %s", exc)
+        finally:
+            # No await between the last emptiness check and this: a frame that arrives
+            # later finds no queue and starts a new worker.
+            if self.queues.get(lane) is queue:
+                del self.queues[lane]
 
     # -- one response.create ------------------------------------------------------
 
-    async def create(self, frame: dict[str, Any], lane: str | None) -> None:
+    async def create(self, frame: dict[str, Any], lane: Lane) -> None:
+        """Run one create to its end; every failure becomes an event on this lane."""
         gateway = self.gateway
-        previous = frame.get("previous_response_id")
+        previous = frame.get("previous_response_id") or None
         try:
-            if frame.get("background"):
-                raise invalid("Background responses are not supported over WebSocket.", "background")
-            body = {k: v for k, v in frame.items() if k not in _FRAME_ONLY}
-            history = await self.history(previous) if previous else []
-            turn = await gateway.prepare(body, history=history)
-        except RequestError as exc:
-            await self.send_error(exc, lane)
-            return
-        gateway.stats["ws_turns"] += 1
-        failed = False
-        try:
+            turn = await self.prepare(frame, previous)
+            gateway.stats["ws_turns"] += 1
             if frame.get("generate") is False:
                 await self.send(warmup(turn), lane)
             else:
                 async with contextlib.aclosing(stream_events(turn, gateway.upstream)) as events:
                     async for batch in events:
                         await self.send(batch, lane)
-                failed = turn.response["status"] == "failed"
-        except RequestError as exc:  # the backend refused the turn before it started
-            failed = True
+        except RequestError as exc:  # invalid, or the backend refused before any event
+            self.evict(previous, lane)
             await self.send_error(exc, lane)
-        if failed:
-            if previous:
-                self.remembered.pop(previous, None)
             return
-        self.remember(turn)
+        except ConnectionError:
+            raise
+        except Exception:
+            log.exception("websocket create failed")
+            self.evict(previous, lane)
+            await self.send_error(server_error("The gateway failed while serving the request."), lane)
+            return
+        if turn.response["status"] == "failed":
+            self.evict(previous, lane)
+        else:
+            self.remember(turn, lane)
         await gateway.remember(turn)
 
-    async def history(self, previous: Any) -> list[dict[str, Any]]:
+    async def prepare(self, frame: dict[str, Any], previous: Any) -> Turn:
+        if frame.get("background"):
+            raise invalid("Background responses are not supported over WebSocket.", "background")
+        body = {k: v for k, v in frame.items() if k not in _FRAME_ONLY}
+        history = await self.history(previous) if previous is not None else ()
+        return await self.gateway.prepare(body, self.request, history=history)
+
+    async def history(self, previous: Any) -> History:
+        """The continued response's input then output: from this socket, else the store."""
         if not isinstance(previous, str):
-            raise invalid("Invalid 'previous_response_id': expected a string.", "previous_response_id")
+            raise invalid("Invalid type for 'previous_response_id': expected a string.",
+                          "previous_response_id", "invalid_type")
         state = self.remembered.get(previous)
         if state is not None:
             self.remembered.move_to_end(previous)
-            return state
-        record = await self.gateway.store.get(previous)  # stored elsewhere: continue from it
+            return state[1]
+        from .store import StoreUnavailable
+
+        try:
+            record = await self.gateway.store.get(previous)  # stored elsewhere: continue from it
+        except StoreUnavailable as exc:
+            raise RequestError(f"The response store is unavailable: {exc}", status=503,
+                               type="server_error", code="store_unavailable") from None
         if record is None:
             raise previous_not_found(previous)
-        return continuation(record.input_items, record.response.get("output") or [])
+        return tuple(continuation(record.input_items, record.response.get("output") or []))
 
-    def remember(self, turn: Turn) -> None:
-        self.remembered[turn.response["id"]] = continuation(turn.items, turn.response["output"])
-        while len(self.remembered) > self.gateway.settings.ws_remembered:
+    def remember(self, turn: Turn, lane: Lane) -> None:
+        # References, not copies: items are never mutated once a turn is built, and
+        # sharing them keeps a long session's memory linear in its length.
+        self.remembered[turn.response["id"]] = (lane, (*turn.items, *turn.response["output"]))
+        limit = max(self.gateway.settings.ws_remembered, 0)
+        while len(self.remembered) > limit:
             self.remembered.popitem(last=False)
+
+    def evict(self, previous: Any, lane: Lane) -> None:
+        """A failed continuation forgets its parent, unless it forked from another lane."""
+        if isinstance(previous, str):
+            state = self.remembered.get(previous)
+            if state is not None and state[0] == lane:
+                del self.remembered[previous]
 
     # -- sending ------------------------------------------------------------------
 
-    async def send(self, events: list[Event], lane: str | None) -> None:
+    async def send(self, events: list[Event], lane: Lane) -> None:
         ws = self.ws
         if lane is None:
             for event in events:
                 await ws.send_frame(event.data, WSMsgType.TEXT)
             return
-        tail = b',"stream_id":%s}' % orjson.dumps(lane)
+        tail = b',"stream_id":%s}' % orjson.dumps(lane)  # every event is a JSON object
         for event in events:
             await ws.send_frame(event.data[:-1] + tail, WSMsgType.TEXT)
 
-    async def send_error(self, exc: RequestError, lane: str | None = None) -> None:
+    async def send_error(self, exc: RequestError, lane: Any = None) -> None:
         event = exc.ws_event()
         if isinstance(lane, str):
             event["stream_id"] = lane
@@ -189,21 +234,30 @@ class Session:
 
     async def close(self) -> None:
         """Cancel every in-flight turn (closing their backend requests) and drop state."""
-        for worker in list(self.workers):
+        workers = list(self.workers)
+        for worker in workers:
             worker.cancel()
-        for worker in list(self.workers):
+        for worker in workers:
             with contextlib.suppress(BaseException):
                 await worker
         self.remembered.clear()
-        self.lanes.clear()
+        self.queues.clear()
+        self.named.clear()
+
+
+def _duration(seconds: float) -> str:
+    if seconds >= 60:
+        return f"{seconds / 60:g} minutes"
+    return f"{seconds:g} seconds"
 
 
 async def responses_socket(request: web.Request) -> web.StreamResponse:
     """GET /v1/responses: the WebSocket upgrade, or a clear error for plain GETs."""
+    gateway = request.app[GATEWAY]
     ws = web.WebSocketResponse(
-        heartbeat=30.0,
-        compress=True,
-        max_msg_size=request.app[GATEWAY].settings.ws_max_message_bytes,
+        heartbeat=HEARTBEAT,
+        compress=True,  # permessage-deflate when the client offers it
+        max_msg_size=gateway.settings.ws_max_message_bytes,
     )
     if not ws.can_prepare(request).ok:
         raise RequestError(
@@ -211,12 +265,25 @@ async def responses_socket(request: web.Request) -> web.StreamResponse:
             status=405,
             code="method_not_allowed",
         )
-    gateway = request.app[GATEWAY]
     await ws.prepare(request)
     gateway.stats["ws_connections"] += 1
-    await Session(gateway, ws).run()
+    session = Session(gateway, ws, request)
+    sessions = request.app[SESSIONS]
+    sessions.add(session)
+    try:
+        await session.run()
+    finally:
+        sessions.discard(session)
     return ws
 
 
+async def _close_sessions(app: web.Application) -> None:
+    """On shutdown, end open sockets' turns before the upstream client closes."""
+    for session in list(app[SESSIONS]):
+        await session.close()
+
+
 def add_routes(app: web.Application) -> None:
+    app[SESSIONS] = set()
+    app.on_shutdown.append(_close_sessions)
     app.router.add_get("/v1/responses", responses_socket)

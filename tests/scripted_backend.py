@@ -50,6 +50,7 @@ from typing import Any
 
 import orjson
 from aiohttp import web
+from multidict import CIMultiDict
 
 DONE = b"data: [DONE]\n\n"
 MODEL = "scripted-backend"
@@ -103,7 +104,7 @@ class BackendRequest:
 
     path: str
     body: Any
-    headers: dict[str, str]
+    headers: CIMultiDict[str]  # case-insensitive, as HTTP headers are
     started_at: float = field(default_factory=time.monotonic)
     disconnected: asyncio.Event = field(default_factory=asyncio.Event)
     disconnected_at: float | None = None
@@ -197,7 +198,7 @@ class ScriptedBackend:
         return list(self.default_script)
 
     async def _models(self, request: web.Request) -> web.Response:
-        self.records.append(BackendRequest(request.path, None, dict(request.headers)))
+        self.records.append(BackendRequest(request.path, None, CIMultiDict(request.headers)))
         data = [
             {"id": m, "object": "model", "created": 0, "owned_by": "scripted"} for m in self.models
         ]
@@ -210,7 +211,7 @@ class ScriptedBackend:
         except orjson.JSONDecodeError:
             body = raw
         peer = request.transport.get_extra_info("peername") if request.transport else None
-        rec = BackendRequest(request.path, body, dict(request.headers), peer=peer)
+        rec = BackendRequest(request.path, body, CIMultiDict(request.headers), peer=peer)
         self.records.append(rec)
         steps = [_normalise(s) for s in self._next_script(body)]
         if steps and isinstance(steps[0], DelayHeaders):

@@ -57,6 +57,9 @@ def assistant(text: str, **extra: Any) -> dict[str, Any]:
     return {"type": "message", "role": "assistant", "content": content, **extra}
 
 
+_TEXT = {"type": "input_text", "text": "a"}
+
+
 def fc(call_id: str, name: str, arguments: str = "{}", **extra: Any) -> dict[str, Any]:
     return {
         "type": "function_call",
@@ -116,10 +119,8 @@ def test_unknown_items_pass_through_untouched() -> None:
         ([{"role": "user", "content": None}], "input[0].content"),
         ([user("a"), {"role": "user", "content": ["x"]}], "input[1].content[0]"),
         (
-            [{}, {}, {}, {"role": "user", "content": [{"type": "input_text", "text": "a"}, {}]}][
-                3:
-            ],
-            "input[0].content[1].type",
+            [user("a"), user("b"), fc("c", "f"), {"role": "user", "content": [_TEXT, {}]}],
+            "input[3].content[1].type",
         ),
         ([{"role": "user", "content": [{"type": "input_audio"}]}], "input[0].content[0].type"),
         (
@@ -443,6 +444,27 @@ def test_tool_search_call_and_output_make_found_tools_callable() -> None:
     offered = [t["function"]["name"] for t in chat["tools"]]
     assert offered[0] == "tool_search"
     assert sorted(offered[1:]) == ["mcp__cal__raw", "mcp__cal_create_event"]
+
+
+def test_search_listing_and_replayed_calls_use_the_offered_alias() -> None:
+    ns = "mcp__" + "very_long_server_name_" * 3
+    found = {
+        "type": "namespace",
+        "name": ns,
+        "description": "d",
+        "tools": [{"type": "function", "name": "lookup_everything_twice"}],
+    }
+    items = [
+        {"type": "tool_search_call", "call_id": "s", "arguments": {"query": "q"}},
+        {"type": "tool_search_output", "call_id": "s", "tools": [found]},
+        fc("c", "lookup_everything_twice", namespace=ns),
+        fco("c", "ok"),
+    ]
+    chat = run({"model": "m", "input": items})
+    (offered,) = [t["function"]["name"] for t in chat["tools"]]
+    assert len(offered) <= 64 and offered != f"{ns}__lookup_everything_twice"
+    assert chat["messages"][1]["content"] == f"Loaded tools, now callable:\n- {offered}"
+    assert chat["messages"][2]["tool_calls"] == [tc("c", offered, "{}")]
 
 
 def test_server_search_without_call_ids_is_paired_by_order() -> None:

@@ -351,7 +351,8 @@ class Renderer:
             text += f"  arguments {raw_json(''.join(run.args))} {count}"
         else:
             text = f"{self.paint(str(run.key), 'blue')}  {quote(''.join(run.args))} {count}"
-        self.line(f"#{run.first}-{last}", run.t, text, run.since)
+        span = f"#{run.first}" if last == run.first else f"#{run.first}-{last}"
+        self.line(span, run.t, text, run.since)
 
     # -- the end -----------------------------------------------------------------------------
 
