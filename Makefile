@@ -39,5 +39,12 @@ codex:
 redis:
 	command -v redis-server >/dev/null || (apt-get update -qq && apt-get install -y -qq redis-server)
 
+## Long variants of the fault/load tests and of the property-based fuzzing.
+soak: $(STAMP)
+	$(BIN)/pytest -q -m slow -k "soak or load" tests
+
+fuzz: $(STAMP)
+	STREAMER_FUZZ_EXAMPLES=$${STREAMER_FUZZ_EXAMPLES:-5000} $(BIN)/pytest -q -m slow -k fuzz tests
+
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache .hypothesis

@@ -28,12 +28,14 @@ import subprocess
 import sys
 import time
 from collections import Counter
+from collections.abc import Coroutine
 from typing import Any
 
 import aiohttp
 import orjson
 import procstat
 from httpwire import install_uvloop
+from sse_client import HttpStatusError, StreamConnection, build_request
 
 NS, FN = "mcp__bench", "lookup"
 PARAMS = {"type": "object", "properties": {"query": {"type": "string"}}, "required": ["query"]}
@@ -101,25 +103,28 @@ class Meter:
         if self.in_window(time.monotonic()):
             self.failures[why] += 1
 
-    def done(self, t_send: float, ttfb: float | None, text: float | None, last: bytes) -> None:
+    def mark(self, samples: list[float], t_send: float) -> float:
+        """Record a first byte or first text that happened now, if now is in the window."""
+        now = time.monotonic()
+        if self.t0 <= now <= self.t1:
+            samples.append(now - t_send)
+        return now - t_send
+
+    def done(self, t_send: float, last: bytes) -> None:
         t_end = time.monotonic()
         if not self.in_window(t_end):
             return
         kind, verdict = judge(last, self.expect)
         self.terminal[kind] += 1
-        if verdict is None and self.expect == "responses":
+        if kind != ("[DONE]" if self.expect == "raw" else "response.completed"):
             self.failures[f"ended with {kind}"] += 1
             return
-        if verdict is not None and verdict != "ok":
-            self.ns_bad[verdict] += 1
-        elif verdict == "ok":
+        if verdict == "ok":
             self.ns_ok += 1
+        elif verdict is not None:
+            self.ns_bad[verdict] += 1
         self.ok += 1
         self.latency.append(t_end - t_send)
-        if ttfb is not None:
-            self.ttfb.append(ttfb)
-        if text is not None:
-            self.first_text.append(text)
 
 
 def judge(last: bytes, expect: str) -> tuple[str, str | None]:
@@ -159,52 +164,70 @@ def judge(last: bytes, expect: str) -> tuple[str, str | None]:
     return kind, "ok"
 
 
-async def sse_request(session: aiohttp.ClientSession, url: str, body: bytes, m: Meter) -> None:
-    """One streamed POST, counted as it arrives; only its last event is kept and parsed."""
-    mark = MARK[m.expect]
-    t_send = time.monotonic()
-    ttfb = text = None
-    sep, carry, mcarry = b"\n\n", b"", b""
-    pending = bytearray()
+class SseSink:
+    """Takes a response body read by read: counts events and bytes, notes the first byte and
+    the first text delta, and keeps only the last two events (some servers send
+    `data: [DONE]` after the terminal one)."""
+
+    __slots__ = ("carry", "m", "mark", "mcarry", "pending", "sep", "t_send", "text", "ttfb")
+
+    def __init__(self, m: Meter) -> None:
+        self.m = m
+        self.mark = MARK[m.expect]
+        self.sep, self.carry, self.mcarry = b"\n\n", b"", b""
+        self.pending = bytearray()
+        self.ttfb: float | None = None
+        self.text: float | None = None
+        self.t_send = time.monotonic()
+
+    def __call__(self, data: bytes) -> None:
+        m, sep = self.m, self.sep
+        if self.ttfb is None:
+            self.ttfb = m.mark(m.ttfb, self.t_send)
+            if b"\r\n" in data:
+                sep = self.sep = b"\r\n\r\n"
+        m.events += (self.carry + data).count(sep)
+        m.nbytes += len(data)
+        self.carry = data[1 - len(sep) :]
+        if self.text is None:
+            if self.mark in self.mcarry + data:
+                self.text = m.mark(m.first_text, self.t_send)
+            self.mcarry = data[-len(self.mark) :]
+        pending = self.pending
+        pending += data
+        cut = pending.rfind(sep, 0, len(pending) - len(sep))
+        if cut > 0:
+            cut = pending.rfind(sep, 0, cut)
+            if cut >= 0:
+                del pending[: cut + len(sep)]
+
+
+async def sse_worker(target: tuple[str, int, bytes], m: Meter, count: list[int] | None) -> None:
+    """One kept-alive connection posting the same streamed request again and again."""
+    host, port, payload = target
+    conn: StreamConnection | None = None
     try:
-        async with session.post(url, data=body, headers=SSE_HEADERS) as resp:
-            if resp.status != 200:
-                await resp.read()
-                m.fail(f"HTTP {resp.status}")
-                return
-            async for data in resp.content.iter_any():
-                if ttfb is None:
-                    ttfb = time.monotonic() - t_send
-                    if b"\r\n" in data:
-                        sep = b"\r\n\r\n"
-                m.events += (carry + data).count(sep)
-                m.nbytes += len(data)
-                carry = data[1 - len(sep) :]
-                if text is None:
-                    if mark in mcarry + data:
-                        text = time.monotonic() - t_send
-                    mcarry = data[-len(mark) :]
-                # keep the last two events: some servers send `data: [DONE]` after the terminal
-                pending += data
-                cut = pending.rfind(sep, 0, len(pending) - len(sep))
-                if cut > 0:
-                    cut = pending.rfind(sep, 0, cut)
-                    if cut >= 0:
-                        del pending[: cut + len(sep)]
-    except (aiohttp.ClientError, OSError) as exc:
-        m.fail(type(exc).__name__)
-        await asyncio.sleep(0.01)
-        return
-    m.done(t_send, ttfb, text, bytes(pending))
-
-
-async def sse_worker(
-    session: aiohttp.ClientSession, url: str, body: bytes, m: Meter, count: list[int] | None
-) -> None:
-    while count is None or count[0] > 0:
-        if count is not None:
-            count[0] -= 1
-        await sse_request(session, url, body, m)
+        while count is None or count[0] > 0:
+            if count is not None:
+                count[0] -= 1
+            try:
+                if conn is None or conn.closed:
+                    conn = await StreamConnection.open(host, port)
+                sink = SseSink(m)
+                await conn.request(payload, sink)
+            except HttpStatusError as exc:
+                m.fail(f"HTTP {exc.status}")
+                await asyncio.sleep(0.01)
+                continue
+            except (OSError, ConnectionError) as exc:
+                m.fail(type(exc).__name__)
+                conn = None
+                await asyncio.sleep(0.01)
+                continue
+            m.done(sink.t_send, bytes(sink.pending))
+    finally:
+        if conn is not None:
+            conn.close()
 
 
 async def ws_worker(
@@ -229,15 +252,28 @@ async def ws_worker(
                         m.nbytes += len(s)
                         head = s[:160]
                         if ttfb is None:
-                            ttfb = time.monotonic() - t_send
+                            ttfb = m.mark(m.ttfb, t_send)
                         if text is None and "response.output_text.delta" in head:
-                            text = time.monotonic() - t_send
+                            text = m.mark(m.first_text, t_send)
                         if any(t in head for t in TERMINAL):
                             break
-                    m.done(t_send, ttfb, text, s.encode())
+                    m.done(t_send, s.encode())
         except (aiohttp.ClientError, OSError, ConnectionError) as exc:
             m.fail(type(exc).__name__)
             await asyncio.sleep(0.01)
+
+
+def jobs(
+    args: argparse.Namespace, session: aiohttp.ClientSession, m: Meter, count: list[int] | None
+) -> list[Coroutine[Any, Any, None]]:
+    """The C workers: SSE on our lean client, WebSocket on aiohttp's (session for that)."""
+    url = args.url.rstrip("/") + args.path
+    body = request_body(args.model, args.ws)
+    if args.ws:
+        frame = orjson.dumps(body).decode()
+        return [ws_worker(session, ws_url(url), frame, m, count) for _ in range(args.concurrency)]
+    target = build_request(url, orjson.dumps(body), {**SSE_HEADERS, **auth_headers(args)})
+    return [sse_worker(target, m, count) for _ in range(args.concurrency)]
 
 
 def auth_headers(args: argparse.Namespace) -> dict[str, str]:
@@ -261,26 +297,10 @@ async def run_window(args: argparse.Namespace, start_at: float) -> dict[str, Any
         ru = resource.getrusage(resource.RUSAGE_SELF)
         snaps.append((time.monotonic(), m.events, m.nbytes, ru.ru_utime + ru.ru_stime, cpu))
 
-    connector = aiohttp.TCPConnector(limit=0, force_close=False, enable_cleanup_closed=False)
-    timeout = aiohttp.ClientTimeout(total=None, sock_connect=10)
-    async with aiohttp.ClientSession(
-        connector=connector,
-        timeout=timeout,
-        auto_decompress=False,
-        read_bufsize=2**18,
-        headers=auth_headers(args),
-    ) as session:
+    connector = aiohttp.TCPConnector(limit=0)
+    async with aiohttp.ClientSession(connector=connector, headers=auth_headers(args)) as session:
         await asyncio.sleep(max(0.0, start_at - time.monotonic()))
-        url = args.url.rstrip("/") + args.path
-        body = request_body(args.model, args.ws)
-        if args.ws:
-            frame = orjson.dumps(body).decode()
-            tasks = [
-                ws_worker(session, ws_url(url), frame, m, None) for _ in range(args.concurrency)
-            ]
-        else:
-            raw = orjson.dumps(body)
-            tasks = [sse_worker(session, url, raw, m, None) for _ in range(args.concurrency)]
+        tasks = jobs(args, session, m, None)
         running = [asyncio.ensure_future(t) for t in tasks]
         await asyncio.sleep(max(0.0, t0 - time.monotonic()))
         snapshot()
@@ -304,19 +324,12 @@ async def run_count(args: argparse.Namespace) -> dict[str, Any]:
     m = Meter(args.expect, 0.0, float("inf"))
     count = [args.requests]
     t_start = time.monotonic()
-    async with aiohttp.ClientSession(
-        connector=aiohttp.TCPConnector(limit=0), headers=auth_headers(args)
-    ) as session:
-        url = args.url.rstrip("/") + args.path
-        body = request_body(args.model, args.ws)
+    connector = aiohttp.TCPConnector(limit=0)
+    async with aiohttp.ClientSession(connector=connector, headers=auth_headers(args)) as session:
         c = min(args.concurrency, args.requests)
-        if args.ws:
-            frame = orjson.dumps(body).decode()
-            jobs = [ws_worker(session, ws_url(url), frame, m, count) for _ in range(c)]
-        else:
-            raw = orjson.dumps(body)
-            jobs = [sse_worker(session, url, raw, m, count) for _ in range(c)]
-        await asyncio.wait_for(asyncio.gather(*jobs), args.timeout)
+        args = argparse.Namespace(**{**vars(args), "concurrency": c})
+        work = jobs(args, session, m, count)
+        await asyncio.wait_for(asyncio.gather(*work), args.timeout)
     return {
         "window_s": time.monotonic() - t_start,
         "events": m.events,

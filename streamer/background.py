@@ -10,99 +10,120 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+import orjson
 from aiohttp import web
 
 from . import sse
-from .errors import invalid
+from .errors import RequestError, invalid
 from .events import Event
+from .gateway import Gateway, stored
 from .pipeline import Turn, stream_events
-from .store import StoredResponse
+from .response import usage_object
+from .store import TERMINAL_EVENT_TYPES, ResponseStore, StoreUnavailable
 from .store.base import event_type
-
-if TYPE_CHECKING:
-    from .gateway import Gateway
 
 log = logging.getLogger("streamer.background")
 
+RUNNING = ("queued", "in_progress")
+# The record is rewritten just before these go to the log, so whoever sees the event
+# (a follower, a cancel on another instance) then reads the matching status.
+_STATUS_EVENTS = frozenset({"response.in_progress", *TERMINAL_EVENT_TYPES})
+SSE_HEADERS = {
+    "Content-Type": "text/event-stream; charset=utf-8",
+    "Cache-Control": "no-cache",
+    "X-Accel-Buffering": "no",
+}
+
 
 class Background:
-    def __init__(self, gateway: Gateway) -> None:
+    """The background turns this instance runs, and cancel for any instance's turns."""
+
+    def __init__(self, gateway: Gateway, *, cancel_wait: float = 5.0) -> None:
         self.gateway = gateway
+        # How long a cancel waits for the running instance to end the turn before it
+        # decides that instance is gone and ends the response itself.
+        self.cancel_wait = cancel_wait
         self.tasks: dict[str, asyncio.Task[None]] = {}
 
     async def create(self, request: web.Request, turn: Turn) -> web.StreamResponse:
         """Accept a background turn: stored as queued, then run in its own task."""
-        from .http import json_response
-
         if turn.request.get("store") is False:
             raise invalid("Background responses require 'store' to be true.", "background")
         store = self.gateway.store
         response_id = turn.response["id"]
         queued = turn.streamer.queued()
-        await self._put(turn)
-        await self._log(response_id, queued)
+        await self._put(turn)  # a store outage is a 503 here, before anything started
+        await self._log(turn, queued)
+        body = orjson.dumps(turn.response)  # the queued snapshot, before the task runs
         task = asyncio.create_task(self._run(turn), name=f"background {response_id}")
         self.tasks[response_id] = task
         task.add_done_callback(lambda _: self.tasks.pop(response_id, None))
         if not turn.request.get("stream"):
-            return json_response(turn.response)
+            return web.Response(body=body, content_type="application/json")
         return await follow(request, store, response_id, after=-1)
 
     async def _run(self, turn: Turn) -> None:
-        store = self.gateway.store
+        """Run the turn to its end, logging every event; never raises but CancelledError."""
         response_id = turn.response["id"]
+        streamer = turn.streamer
         events = stream_events(turn, self.gateway.upstream)
-        cancel = asyncio.create_task(store.wait_cancel(response_id))
+        cancelled = asyncio.create_task(self._cancel_requested(response_id))
+        step: asyncio.Future[list[Event]] | None = None
         try:
-            first = True
-            while True:
+            while not streamer.done:
                 step = asyncio.ensure_future(anext(events))
-                await asyncio.wait({step, cancel}, return_when=asyncio.FIRST_COMPLETED)
+                await asyncio.wait({step, cancelled}, return_when=asyncio.FIRST_COMPLETED)
                 if not step.done():  # cancelled: stop the backend now, end `cancelled`
-                    step.cancel()
-                    with contextlib.suppress(BaseException):
-                        await step
-                    await events.aclose()
-                    await self._log(response_id, turn.streamer.cancel())
+                    await _stop(step)
+                    await self._log(turn, streamer.cancel())
                     break
                 try:
                     batch = step.result()
                 except StopAsyncIteration:
                     break
-                except Exception as exc:  # refused before streaming: a failed response
-                    if turn.streamer.sequence_number <= 1:
-                        await self._log(response_id, turn.streamer.start())
-                    await self._log(
-                        response_id,
-                        turn.streamer.fail(getattr(exc, "code", None) or "server_error", str(exc)),
-                    )
-                    break
-                await self._log(response_id, batch)
-                if first:
-                    first = False
-                    await self._put(turn)  # now in_progress
+                except RequestError as exc:  # the backend refused before streaming
+                    batch = streamer.start() if streamer.sequence_number <= 1 else []
+                    batch += streamer.fail(exc.code or "server_error", exc.message)
+                await self._log(turn, batch)
         except asyncio.CancelledError:  # the gateway is shutting down
+            await _stop(step)
             await events.aclose()
             with contextlib.suppress(Exception):
-                await self._log(response_id, turn.streamer.fail("server_error", "The gateway shut down."))
+                await self._log(turn, streamer.fail("server_error", "The gateway shut down."))
             raise
-        except Exception:
-            log.exception("background response %s failed", response_id)
-            await self._log(response_id, turn.streamer.fail("server_error", "Internal error."))
-        finally:
-            cancel.cancel()
+        except Exception as exc:  # mostly the store failing mid-turn: stop the backend
+            log.warning("background response %s failed: %r", response_id, exc)
+            await _stop(step)
             with contextlib.suppress(Exception):
-                await self._put(turn)
-                await store.end_events(response_id)
+                await self._log(turn, streamer.fail("server_error", "Internal error."))
+        finally:
+            cancelled.cancel()
+            if step is None or step.done():
+                await events.aclose()
+            with contextlib.suppress(Exception):
+                await self.gateway.store.end_events(response_id)
+
+    async def _cancel_requested(self, response_id: str) -> None:
+        """Return once a cancel was asked for; a store outage only delays noticing it."""
+        while True:
+            try:
+                await self.gateway.store.wait_cancel(response_id)
+                return
+            except StoreUnavailable as exc:
+                log.warning("waiting for cancels of %s: %s", response_id, exc)
+                await asyncio.sleep(1.0)
 
     async def _put(self, turn: Turn) -> None:
-        await self.gateway.store.put(StoredResponse(turn.response, turn.items, turn.names.to_json()))
+        await self.gateway.store.put(stored(turn))
 
-    async def _log(self, response_id: str, events: list[Event]) -> None:
+    async def _log(self, turn: Turn, events: list[Event]) -> None:
         store = self.gateway.store
+        response_id = turn.response["id"]
         for event in events:
+            if event.type in _STATUS_EVENTS:
+                await self._put(turn)
             await store.append_event(response_id, event.seq, event.data)
 
     async def cancel(self, response_id: str) -> dict[str, Any] | None:
@@ -113,12 +134,21 @@ class Background:
             return None
         if not response.get("background"):
             raise invalid("Only background responses can be cancelled.", "response_id")
-        if response.get("status") in ("queued", "in_progress"):
-            await store.request_cancel(response_id)
-            async for _ in store.events(response_id, after=-1):
-                pass  # returns once the turn logged its terminal event
-            response = await store.get_response(response_id) or response
-        return response
+        if response.get("status") not in RUNNING:
+            return response  # already over: cancel is a no-op, as upstream
+        await store.request_cancel(response_id)
+        last = -1
+        try:
+            async with asyncio.timeout(self.cancel_wait):
+                async with contextlib.aclosing(store.events(response_id)) as logged:
+                    async for seq, _ in logged:  # ends with the running instance's terminal
+                        last = seq
+        except TimeoutError:
+            # Nobody ended it: the instance that ran it is gone. End it here, so the
+            # response and its followers do not wait forever.
+            log.warning("background response %s: no instance answered the cancel", response_id)
+            await _end_orphan(store, response_id, last)
+        return await store.get_response(response_id) or response
 
     async def close(self) -> None:
         for task in list(self.tasks.values()):
@@ -128,15 +158,50 @@ class Background:
                 await task
 
 
+async def _stop(step: asyncio.Future[Any] | None) -> None:
+    """Cancel a pending read of the turn's events (which closes the backend request)."""
+    if step is not None and not step.done():
+        step.cancel()
+        await asyncio.wait({step})
+
+
+async def _end_orphan(store: ResponseStore, response_id: str, last: int) -> None:
+    """Log `cancelled` for a response whose instance died; a late writer is then ignored."""
+    record = await store.get(response_id)
+    if record is None:
+        return
+    response = record.response
+    if response.get("status") not in RUNNING:
+        return
+    response["status"] = "cancelled"
+    response["error"] = {"code": "cancelled", "message": "The response was cancelled."}
+    response["usage"] = response.get("usage") or usage_object()
+    await store.put(record)
+    event = {"type": "response.failed", "response": response, "sequence_number": last + 1}
+    await store.append_event(response_id, last + 1, orjson.dumps(event))
+    await store.end_events(response_id)
+
+
 async def follow(
-    request: web.Request, store: Any, response_id: str, *, after: int
+    request: web.Request, store: ResponseStore, response_id: str, *, after: int
 ) -> web.StreamResponse:
     """Replay the logged events after `after`, then follow live ones, as SSE."""
-    reply = web.StreamResponse(
-        headers={"Content-Type": "text/event-stream; charset=utf-8", "Cache-Control": "no-cache"}
-    )
+    reply = web.StreamResponse(headers=SSE_HEADERS)
     await reply.prepare(request)
-    async for _seq_no, data in store.events(response_id, after=after):
-        await reply.write(sse.encode(Event(event_type(data) or "message", data)))
+    last = after
+    async with contextlib.aclosing(store.events(response_id, after=after)) as logged:
+        try:
+            async for last, data in logged:
+                await reply.write(sse.encode(Event(event_type(data) or "message", data, last)))
+        except StoreUnavailable as exc:  # headers are out: end the stream with an error event
+            log.warning("following %s: %s", response_id, exc)
+            error = {
+                "type": "error",
+                "code": "store_unavailable",
+                "message": "The response store became unavailable while streaming.",
+                "param": None,
+                "sequence_number": last + 1,
+            }
+            await reply.write(sse.encode(Event("error", orjson.dumps(error))))
     await reply.write_eof()
     return reply

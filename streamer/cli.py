@@ -17,13 +17,11 @@ def build_parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", required=True)
     serve = commands.add_parser("serve", help="run the gateway")
     add_arguments(serve)
-    try:
-        from .tap.command import add_replay_parser, add_tap_parser
-    except ImportError:  # pragma: no cover - the tap is part of the package
-        pass
-    else:
-        add_tap_parser(commands)
-        add_replay_parser(commands)
+    from .tap.command import add_tap_parser
+    from .tap.replay import add_replay_parser
+
+    add_tap_parser(commands)
+    add_replay_parser(commands)
     return parser
 
 
@@ -39,7 +37,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         return asyncio.run(run_tap(args))
     if args.command == "replay":
-        from .tap.command import run_replay
+        from .tap.replay import run_replay
 
         return asyncio.run(run_replay(args))
     return 2

@@ -18,11 +18,11 @@ from .lowering import LoweringOptions
 from .metrics import Metrics
 from .pipeline import Turn, TurnOptions, Upstream, prepare
 from .recorder import TapDirectory
+from .store import ResponseStore, StoredResponse
 from .tools import NamingConfig
 
 if TYPE_CHECKING:
     from .background import Background
-    from .store import ResponseStore
 
 log = logging.getLogger("streamer.gateway")
 
@@ -50,7 +50,9 @@ def previous_not_found(response_id: str) -> RequestError:
     )
 
 
-def continuation(input_items: Sequence[Mapping[str, Any]], output: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+def continuation(
+    input_items: Sequence[Mapping[str, Any]], output: Sequence[Mapping[str, Any]]
+) -> list[dict[str, Any]]:
     """The history a continuation starts from: the previous input, then its output."""
     return [*map(dict, input_items), *map(dict, output)]
 
@@ -85,9 +87,9 @@ class Gateway:
 
     async def history(self, body: Any) -> list[dict[str, Any]]:
         previous = body.get("previous_response_id") if isinstance(body, dict) else None
-        if not previous:
-            return []
-        record = await self.store.get(previous)
+        if not previous or not isinstance(previous, str):
+            return []  # absent, or a type error that validation reports with its param
+        record = await self.store.get(previous)  # StoreUnavailable: a 503, never a hang
         if record is None:
             raise previous_not_found(previous)
         return continuation(record.input_items, record.response.get("output") or [])
@@ -96,14 +98,32 @@ class Gateway:
         """Store a finished response unless the client said `store: false`."""
         if turn.request.get("store") is False:
             return
-        from .store import StoredResponse
-
         try:
-            await self.store.put(
-                StoredResponse(turn.response, turn.items, turn.names.to_json())
-            )
+            await self.store.put(stored(turn))
         except Exception as exc:  # the client already has its answer; say so in the log
             log.warning("could not store response %s: %s", turn.response["id"], exc)
+
+
+def stored(turn: Turn) -> StoredResponse:
+    """What the store keeps of a turn: the public response, the input as listed, the names."""
+    return StoredResponse(
+        turn.response, [public_input_item(item) for item in turn.items], turn.names.to_json()
+    )
+
+
+def public_input_item(item: dict[str, Any]) -> dict[str, Any]:
+    """An input item as `input_items` lists it: message text as a list of content parts.
+
+    Still a valid input item, so a continuation replays it unchanged.
+    """
+    content = item.get("content")
+    if item.get("type") != "message" or not isinstance(content, str):
+        return item
+    kind = "output_text" if item.get("role") == "assistant" else "input_text"
+    part: dict[str, Any] = {"type": kind, "text": content}
+    if kind == "output_text":
+        part["annotations"] = []
+    return {**item, "content": [part]}
 
 
 GATEWAY = web.AppKey("gateway", Gateway)

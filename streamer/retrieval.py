@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from aiohttp import web
 
-from .background import follow
+from .background import RUNNING, follow
 from .errors import RequestError, invalid
 from .gateway import GATEWAY
 from .http import json_response
@@ -12,7 +12,9 @@ from .http import json_response
 
 def _not_found(response_id: str) -> RequestError:
     return RequestError(
-        f"Response with id '{response_id}' not found.", status=404, param="response_id",
+        f"Response with id '{response_id}' not found.",
+        status=404,
+        param="response_id",
         code="not_found",
     )
 
@@ -43,8 +45,15 @@ async def get_response(request: web.Request) -> web.StreamResponse:
 
 
 async def delete_response(request: web.Request) -> web.Response:
+    """DELETE /v1/responses/{id}; a running background turn is cancelled first, so it
+    cannot write its record back after the delete."""
     gateway = request.app[GATEWAY]
     response_id = request.match_info["id"]
+    response = await gateway.store.get_response(response_id)
+    if response is None:
+        raise _not_found(response_id)
+    if response.get("background") and response.get("status") in RUNNING:
+        await gateway.background.cancel(response_id)
     if not await gateway.store.delete(response_id):
         raise _not_found(response_id)
     return json_response({"id": response_id, "object": "response", "deleted": True})
@@ -60,7 +69,10 @@ async def list_input_items(request: web.Request) -> web.Response:
     if order not in ("asc", "desc"):
         raise invalid("Invalid 'order': expected 'asc' or 'desc'.", "order")
     page = await gateway.store.input_items(
-        response_id, limit=limit, order=order, after=request.query.get("after")  # type: ignore[arg-type]
+        response_id,
+        limit=limit,
+        order=order,
+        after=request.query.get("after"),  # type: ignore[arg-type]
     )
     if page is None:
         raise _not_found(response_id)

@@ -44,7 +44,18 @@ SESSIONS = web.AppKey("ws_sessions", set)  # live sessions, for shutdown and int
 class Session:
     """One socket: its lanes, its remembered responses, its in-flight turns."""
 
-    __slots__ = ("gateway", "ws", "request", "remembered", "queues", "named", "workers", "in_flight")
+    __slots__ = (
+        "__weakref__",
+        "closing",
+        "gateway",
+        "in_flight",
+        "named",
+        "queues",
+        "remembered",
+        "request",
+        "workers",
+        "ws",
+    )  # fmt: skip
 
     def __init__(self, gateway: Gateway, ws: web.WebSocketResponse, request: web.Request) -> None:
         self.gateway = gateway
@@ -56,6 +67,7 @@ class Session:
         self.named: set[str] = set()  # every named lane this socket has used
         self.workers: set[asyncio.Task[None]] = set()
         self.in_flight = asyncio.Semaphore(MAX_IN_FLIGHT)
+        self.closing = False  # the server is shutting down: no new turns
 
     # -- receiving ----------------------------------------------------------------
 
@@ -88,7 +100,9 @@ class Session:
             await self.send_error(invalid("The message is not valid JSON.", code="invalid_json"))
             return
         if not isinstance(frame, dict):
-            await self.send_error(invalid("Each message must be a JSON object.", code="invalid_event"))
+            await self.send_error(
+                invalid("Each message must be a JSON object.", code="invalid_event")
+            )
             return
         kind = frame.get("type")
         if kind != "response.create":
@@ -97,20 +111,39 @@ class Session:
                 if kind is not None
                 else "Missing required parameter: 'type'."
             )
-            await self.send_error(invalid(message, "type", "unsupported_event_type"), frame.get("stream_id"))
+            await self.send_error(
+                invalid(message, "type", "unsupported_event_type"), frame.get("stream_id")
+            )
             return
         lane = frame.get("stream_id")
+        if self.closing:
+            await self.send_error(
+                RequestError(
+                    "The server is shutting down; reconnect to continue.",
+                    status=503,
+                    type="server_error",
+                    code="server_shutting_down",
+                ),
+                lane,
+            )
+            return
         if lane is not None and (not isinstance(lane, str) or not _STREAM_ID.fullmatch(lane)):
             await self.send_error(
-                invalid("Invalid 'stream_id': 1-256 characters of [A-Za-z0-9_.-].", "stream_id",
-                        "invalid_stream_id")
+                invalid(
+                    "Invalid 'stream_id': 1-256 characters of [A-Za-z0-9_.-].",
+                    "stream_id",
+                    "invalid_stream_id",
+                )
             )
             return
         if lane is not None and lane not in self.named:
             if len(self.named) >= MAX_LANES:
                 await self.send_error(
-                    invalid(f"At most {MAX_LANES} stream lanes per connection.", "stream_id",
-                            "websocket_stream_limit_reached"),
+                    invalid(
+                        f"At most {MAX_LANES} stream lanes per connection.",
+                        "stream_id",
+                        "websocket_stream_limit_reached",
+                    ),
                     lane,
                 )
                 return
@@ -163,7 +196,9 @@ class Session:
         except Exception:
             log.exception("websocket create failed")
             self.evict(previous, lane)
-            await self.send_error(server_error("The gateway failed while serving the request."), lane)
+            await self.send_error(
+                server_error("The gateway failed while serving the request."), lane
+            )
             return
         if turn.response["status"] == "failed":
             self.evict(previous, lane)
@@ -181,8 +216,11 @@ class Session:
     async def history(self, previous: Any) -> History:
         """The continued response's input then output: from this socket, else the store."""
         if not isinstance(previous, str):
-            raise invalid("Invalid type for 'previous_response_id': expected a string.",
-                          "previous_response_id", "invalid_type")
+            raise invalid(
+                "Invalid type for 'previous_response_id': expected a string.",
+                "previous_response_id",
+                "invalid_type",
+            )
         state = self.remembered.get(previous)
         if state is not None:
             self.remembered.move_to_end(previous)
@@ -192,8 +230,12 @@ class Session:
         try:
             record = await self.gateway.store.get(previous)  # stored elsewhere: continue from it
         except StoreUnavailable as exc:
-            raise RequestError(f"The response store is unavailable: {exc}", status=503,
-                               type="server_error", code="store_unavailable") from None
+            raise RequestError(
+                f"The response store is unavailable: {exc}",
+                status=503,
+                type="server_error",
+                code="store_unavailable",
+            ) from None
         if record is None:
             raise previous_not_found(previous)
         return tuple(continuation(record.input_items, record.response.get("output") or []))
@@ -231,6 +273,13 @@ class Session:
             event["stream_id"] = lane
         if not self.ws.closed:
             await self.ws.send_frame(orjson.dumps(event), WSMsgType.TEXT)
+
+    async def shutdown(self, grace: float) -> None:
+        self.closing = True
+        if self.workers:
+            await asyncio.wait(list(self.workers), timeout=grace)
+        await self.close()
+        await self.ws.close(code=WSCloseCode.GOING_AWAY, message=b"server shutting down")
 
     async def close(self) -> None:
         """Cancel every in-flight turn (closing their backend requests) and drop state."""
@@ -278,9 +327,15 @@ async def responses_socket(request: web.Request) -> web.StreamResponse:
 
 
 async def _close_sessions(app: web.Application) -> None:
-    """On shutdown, end open sockets' turns before the upstream client closes."""
-    for session in list(app[SESSIONS]):
-        await session.close()
+    """On shutdown: let turns in flight finish (within the grace period), then close 1001.
+
+    Without this the server would wait its whole shutdown timeout for socket handlers,
+    which never end on their own. 1001 (going away) is a code clients reconnect on.
+    """
+    sessions = list(app[SESSIONS])
+    if sessions:
+        grace = sessions[0].gateway.settings.shutdown_grace
+        await asyncio.gather(*(s.shutdown(grace) for s in sessions), return_exceptions=True)
 
 
 def add_routes(app: web.Application) -> None:

@@ -17,7 +17,12 @@ from streamer.deltas import (
     UpstreamError,
     Usage,
 )
-from streamer.upstream.chat_decode import ChatChunkDecoder, decode_completion
+from streamer.upstream.chat_decode import (
+    ChatChunkDecoder,
+    decode_body,
+    decode_completion,
+    http_error,
+)
 
 
 def chunk(delta: dict[str, Any] | None = None, finish: str | None = None, **top: Any) -> bytes:
@@ -321,3 +326,39 @@ def test_whole_completion() -> None:
     ]
     (bad,) = decode_completion([1, 2])
     assert isinstance(bad, UpstreamError)
+
+
+def test_body_that_is_an_event_stream_labelled_json() -> None:
+    raw = (
+        b"data: "
+        + chunk({"content": "hi"})
+        + b"\n\ndata: "
+        + chunk(finish="stop")
+        + b"\n\ndata: [DONE]\n\n"
+    )
+    assert decode_body(raw) == [TextDelta("hi"), Finish("stop")]
+    (bad,) = decode_body(b"<html>oops</html>")
+    assert isinstance(bad, UpstreamError) and bad.code == "invalid_upstream_chunk"
+    # a truncated stream is not a complete answer
+    (cut,) = decode_body(b"data: " + chunk({"content": "hi"}))[-1:]
+    assert isinstance(cut, UpstreamError)
+
+
+def test_http_error_shapes() -> None:
+    ollama = http_error(404, b'{"error": "model \\"x\\" not found"}', {})
+    assert (ollama.status, ollama.message, ollama.type) == (
+        404,
+        'model "x" not found',
+        "invalid_request_error",
+    )
+    fastapi = http_error(422, b'{"detail": "Unprocessable"}', {})
+    assert fastapi.message == "Unprocessable"
+    text = http_error(502, b"<h1>Bad Gateway</h1>", {})
+    assert text.type == "server_error" and "Bad Gateway" in text.message and text.code is None
+    empty = http_error(500, b"", {})
+    assert empty.message == "The backend answered HTTP 500."
+    busy = http_error(503, b"{}", {"Retry-After": "2", "Content-Type": "application/json"})
+    assert busy.headers == {"retry-after": "2"}
+    assert http_error(400, b"{}", {"Retry-After": "2"}).headers == {}
+    redirect = http_error(307, b"", {"Location": "http://elsewhere/"})
+    assert (redirect.status, redirect.code) == (502, "upstream_error")

@@ -7,6 +7,7 @@ import asyncio
 import io
 import json
 import os
+import re
 import subprocess
 import sys
 from collections.abc import AsyncIterator
@@ -172,7 +173,7 @@ def test_recording_supplies_tools_and_timings(capsys: pytest.CaptureFixture[str]
     assert status == 0
     assert "tap-recording" in out
     assert "timing     first event after 50ms" in out
-    assert "0.070s   +10ms #2-6" in out
+    assert "0.070s    +10ms #2-6" in out
 
 
 def test_color_always(capsys: pytest.CaptureFixture[str]) -> None:
@@ -377,8 +378,9 @@ async def test_follow_prints_each_event_as_it_arrives(server: Server, scheme: st
     assert "response.completed" not in out.getvalue()
     server.release.set()
     assert await task == 0, out.getvalue()
-    lines = [line for line in out.getvalue().splitlines() if "#" in line.split("s ", 1)[-1][:12]]
-    assert len([line for line in lines if "response." in line]) == (9 if scheme == "http" else 8)
+    # one timed line per event: "   0.004s    +1ms #3       response.function_call_arguments…"
+    positions = re.findall(r"^ +[\d.]+s +(?:\+[\d.]+ms)? +#(\d+) +response\.", out.getvalue(), re.M)
+    assert [int(p) for p in positions] == list(range(9 if scheme == "http" else 8))
     if scheme == "ws":
         sent = server.requests[0]
         assert sent["type"] == "response.create" and sent["model"] == "qwen3-8b"
@@ -416,3 +418,57 @@ def test_help_lists_every_flag(capsys: pytest.CaptureFixture[str]) -> None:
     out = capsys.readouterr().out
     for flag in ("--data", "--tools", "--json", "--follow", "--color", "--header"):
         assert flag in out
+
+
+# -- the real gateway ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("scheme", ["http", "ws"])
+async def test_follow_a_live_gateway(gw: Any, scheme: str) -> None:
+    """The gateway in front of a scripted backend whose call comes under a split flat name."""
+    from scripted_backend import (
+        DONE,
+        finish,
+        reasoning_chunks,
+        text_chunks,
+        tool_call_chunks,
+        usage,
+    )
+
+    gw.backend.script(
+        [
+            *reasoning_chunks(["Look ", "it up."]),
+            *text_chunks(["Searching", "."]),
+            *tool_call_chunks(
+                0, "call_live1", ["mcp__docs__", "search"], ['{"query":', '"retry"}']
+            ),
+            finish("tool_calls"),
+            usage(40, 12),
+            DONE,
+        ]
+    )
+    url = gw.ws_url if scheme == "ws" else gw.url + "/responses"
+    out = io.StringIO()
+    status = await tap(out, url, "--data", REQUEST, "--follow")
+    text = out.getvalue()
+    assert status == 0, text
+    assert "violations 0" in text
+    assert "response.output_item.added" in text and "mcp__docs/search" in text
+    assert "calls      mcp__docs/search ×1" in text  # noqa: RUF001
+    sent = gw.backend.requests[-1]
+    assert "mcp__docs__search" in orjson.dumps(sent["tools"]).decode()
+    # the same stream as JSON: positions run 0..n-1 and the call carries its identity
+    gw.backend.script(
+        [
+            *tool_call_chunks(0, "call_live2", ["mcp__docs__search"], ["{}"]),
+            finish("tool_calls"),
+            DONE,
+        ]
+    )
+    out = io.StringIO()
+    assert await tap(out, url, "--data", REQUEST, "--json") == 0, out.getvalue()
+    records = [json.loads(line) for line in out.getvalue().splitlines()]
+    assert [r["position"] for r in records[:-1]] == list(range(len(records) - 1))
+    added = next(r for r in records if r["type"] == "response.output_item.added")
+    assert added["identity"] == {"namespace": "mcp__docs", "name": "search", "kind": "function"}
+    assert records[-1]["summary"]["violations"] == 0

@@ -430,3 +430,71 @@ async def test_stream_is_an_async_context_manager(
         assert isinstance(stream, ChatStream)
         assert await anext(stream) == [TextDelta("a")]
     await backend.records[0].wait_disconnect(timeout=5)
+
+
+async def test_backend_closing_before_answering_is_502(
+    backend: ScriptedBackend, upstream: ChatUpstream
+) -> None:
+    backend.script([("refuse",)], [*text_chunks(["ok"]), ("sleep", 0.01), ("die",)])
+    with pytest.raises(RequestError) as info:
+        await upstream.open(REQUEST)
+    assert (info.value.status, info.value.type, info.value.code) == (
+        502,
+        "server_error",
+        "upstream_error",
+    )
+    # the tuple spellings of the steps work too
+    deltas = flat(await run(upstream))
+    assert deltas[0] == TextDelta("ok") and isinstance(deltas[-1], UpstreamError)
+
+
+async def test_cancelled_open_disconnects_the_backend(
+    backend: ScriptedBackend, upstream: ChatUpstream
+) -> None:
+    backend.script([DelayHeaders(30), DONE])
+    task = asyncio.create_task(upstream.open(REQUEST))
+    async with asyncio.timeout(5):
+        while not backend.records:
+            await asyncio.sleep(0.01)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    await backend.records[0].wait_disconnect(timeout=5)
+
+
+async def test_event_stream_labelled_json_is_still_decoded(
+    backend: ScriptedBackend, upstream: ChatUpstream
+) -> None:
+    frames = b"".join(
+        b"data: " + orjson.dumps(c) + b"\n\n" for c in [*text_chunks(["x"]), finish("stop")]
+    )
+    backend.script([Status(200, frames + DONE, {"Content-Type": "application/json"})])
+    assert flat(await run(upstream)) == [TextDelta("x"), Finish("stop")]
+
+
+async def test_on_raw_sees_every_body_byte(
+    backend: ScriptedBackend, upstream: ChatUpstream
+) -> None:
+    script = [*text_chunks(["a", "b"]), finish("stop"), DONE]
+    backend.script(script, [Status(200, completion("whole"))])
+    seen: list[bytes] = []
+    stream = await upstream.open(REQUEST, on_raw=seen.append)
+    assert flat([b async for b in stream]) == [TextDelta("a"), TextDelta("b"), Finish("stop")]
+    sent = b"".join(
+        s if isinstance(s, bytes) else b"data: " + orjson.dumps(s) + b"\n\n" for s in script
+    )
+    assert b"".join(seen) == sent
+    seen.clear()
+    stream = await upstream.open(REQUEST, on_raw=seen.append)
+    assert [b async for b in stream]
+    assert orjson.loads(b"".join(seen)) == completion("whole")
+
+
+async def test_stall_after_finish_ends_normally(backend: ScriptedBackend) -> None:
+    backend.script([*text_chunks(["a"]), finish("stop"), HANG])
+    up = ChatUpstream(backend.base_url, idle_timeout=0.3)
+    try:
+        assert flat(await run(up)) == [TextDelta("a"), Finish("stop")]
+        await backend.records[0].wait_disconnect(timeout=5)
+    finally:
+        await up.close()

@@ -8,7 +8,10 @@ end of the stream causes. Each violation carries a stable `rule` id (see RULES) 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
+
+if TYPE_CHECKING:
+    from streamer.tools import ResponsesToolNames
 
 RULES: dict[str, str] = {
     "event.malformed": "a frame that is not a JSON object with a string `type`",
@@ -131,7 +134,7 @@ def default_ns(namespace: Any) -> Any:
 class ToolCheck:
     """A call's (namespace, name) against the tools a request declared (a ResponsesToolNames)."""
 
-    def __init__(self, names: Any) -> None:
+    def __init__(self, names: ResponsesToolNames) -> None:
         self.names = names
         self.declared: dict[tuple[Any, str], str] = {}
         for tool in names.tools:
@@ -170,7 +173,7 @@ class GrammarChecker:
     event: a response.created/queued or an `error` then resets the per-response state.
     """
 
-    def __init__(self, names: Any | None = None, *, session: bool = False) -> None:
+    def __init__(self, names: ResponsesToolNames | None = None, *, session: bool = False) -> None:
         self.tools = ToolCheck(names) if names is not None else None
         self.session = session
         self.position = -1
@@ -178,11 +181,11 @@ class GrammarChecker:
         self._reset()
 
     @property
-    def names(self) -> Any | None:
+    def names(self) -> ResponsesToolNames | None:
         return self.tools.names if self.tools else None
 
     @names.setter
-    def names(self, names: Any | None) -> None:
+    def names(self, names: ResponsesToolNames | None) -> None:
         self.tools = ToolCheck(names) if names is not None else None
 
     def _reset(self) -> None:

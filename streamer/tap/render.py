@@ -56,6 +56,11 @@ def label(ident: dict[str, Any]) -> str:
     return f"{ident['namespace']}/{ident['name']}" if ident["namespace"] else ident["name"]
 
 
+def ms(seconds: float) -> str:
+    millis = seconds * 1000
+    return f"{millis:.1f}ms" if round(millis, 1) < 10 else f"{millis:.0f}ms"
+
+
 def plural(n: int, word: str) -> str:
     return f"{n} {word}" if n == 1 else f"{n} {word}s"
 
@@ -119,8 +124,8 @@ class Renderer:
     def line(self, position: str, t: float, text: str, since: float | None) -> None:
         prefix = ""
         if self.timed:
-            gap = "" if since is None else f"+{(t - since) * 1000:.0f}ms"
-            prefix = self.paint(f"{t:8.3f}s {gap:>7} ", "dim")
+            gap = "" if since is None else f"+{ms(t - since)}"
+            prefix = self.paint(f"{t:8.3f}s {gap:>8} ", "dim")
         self.out.write(f"{prefix}{self.paint(f'{position:<8}', 'dim')}{text}\n")
 
     def flag(self, violations: list[Violation]) -> None:
@@ -262,6 +267,10 @@ class Renderer:
             extra = f"  {self.paint(label(run.ident), 'magenta')}" if run and run.ident else ""
             where = f"[{event.get('output_index')}] {item.get('type')} {item.get('id')}"
             return f"{text}  {where}{extra}"
+        if isinstance(event.get("part"), dict):
+            family = "summary" if "summary_index" in event else "content"
+            where = f"{event.get('item_id')} {family}[{event.get(f'{family}_index')}]"
+            return f"{text}  {where} {event['part'].get('type')}"
         for key in ("delta", "text", "arguments", "input", "refusal"):
             if isinstance(event.get(key), str):
                 return text + f"  {event.get('item_id')} {quote(event[key])}"
@@ -394,7 +403,7 @@ class Renderer:
             )
         if data["time_to_first_event"] is not None:
             rate = data["events_per_second"]
-            timing = f"first event after {data['time_to_first_event'] * 1000:.0f}ms"
+            timing = f"first event after {ms(data['time_to_first_event'])}"
             rows.append(("timing", timing + (f" · {rate:.0f} events/s" if rate else "")))
         count = data["violations"]
         rows.append(("violations", self.paint(str(count), "red" if count else "green")))

@@ -272,8 +272,8 @@ class Source:
                     )
                 async for chunk in response.content.iter_any():
                     yield chunk
-        except aiohttp.InvalidURL as err:
-            raise SourceError(f"bad URL {self.spec!r}") from err
+        except (aiohttp.InvalidURL, ValueError) as err:
+            raise SourceError(f"bad URL {self.spec!r}: {err}") from err
 
     async def _websocket(self) -> AsyncIterator[bytes]:
         if self.data is None:
@@ -294,8 +294,8 @@ class Source:
                     event = _parse(raw)
                     if isinstance(event, dict) and event.get("type") in TERMINAL_TYPES:
                         return
-        except websockets.InvalidURI as err:
-            raise SourceError(f"bad URL {self.spec!r}") from err
+        except (websockets.InvalidURI, ValueError) as err:
+            raise SourceError(f"bad URL {self.spec!r}: {err}") from err
         except websockets.InvalidStatus as err:
             status = err.response.status_code
             body = (err.response.body or b"")[:300].decode("utf-8", "replace")

@@ -14,6 +14,7 @@ aiohttp errors may carry the request headers).
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from types import TracebackType
 from typing import Any
 
@@ -25,13 +26,12 @@ from yarl import URL
 from ..deltas import Delta, UpstreamError
 from ..errors import RequestError
 from ..sse import SSEDecoder, SSEError
-from .chat_decode import INVALID_CHUNK, ChatChunkDecoder, decode_completion
+from .chat_decode import INVALID_CHUNK, ChatChunkDecoder, decode_body, http_error
 
 ERROR_BODY_LIMIT = 1 << 20  # enough for any error message; a larger body is cut
 JSON_BODY_LIMIT = 64 << 20  # a whole non-streamed completion
 _DRAIN_LIMIT = 1 << 16  # bytes read after [DONE] to reach EOF and keep the connection
-_DRAIN_TIMEOUT = 1.0
-_RATE_LIMIT_HEADERS = ("retry-after", "retry-after-ms")
+_DRAIN_TIMEOUT = 0.1  # the end of the body follows [DONE] at once; never hold the caller longer
 # Shorter than the 5 s keep-alive of uvicorn (vLLM, SGLang) and llama.cpp, so a pooled
 # connection is dropped here before the server drops it under a request.
 KEEPALIVE_TIMEOUT = 4.0
@@ -73,9 +73,16 @@ class ChatUpstream:
         return f"ChatUpstream({self._where()!r})"
 
     async def open(
-        self, chat_request: dict[str, Any], *, headers: dict[str, str] | None = None
+        self,
+        chat_request: dict[str, Any],
+        *,
+        headers: dict[str, str] | None = None,
+        on_raw: Callable[[bytes], None] | None = None,
     ) -> ChatStream:
-        """Send a chat request and return its stream once the backend has answered 2xx."""
+        """Send a chat request and return its stream once the backend has answered 2xx.
+
+        `on_raw`, if given, sees every byte of a 2xx body as it is read (for recordings).
+        """
         body = dict(chat_request)
         body["stream"] = True
         options = body.get("stream_options")
@@ -101,13 +108,15 @@ class ChatUpstream:
             if resp.status >= 300:
                 raise await _http_error(resp)
             if "json" in resp.content_type:
-                raw = await _read_limited(resp, JSON_BODY_LIMIT)
                 try:
-                    deltas = decode_completion(orjson.loads(raw))
-                except orjson.JSONDecodeError:
-                    deltas = [
-                        UpstreamError(INVALID_CHUNK, "The backend sent a malformed JSON body.")
-                    ]
+                    raw = await _read_limited(resp, JSON_BODY_LIMIT)
+                except TimeoutError:
+                    raise self._timed_out() from None
+                except (aiohttp.ClientError, OSError):
+                    raise self._closed_early("sending its answer") from None
+                if on_raw is not None:
+                    on_raw(raw)
+                deltas = decode_body(raw)
                 resp.release()
                 return ChatStream(
                     None, deltas=deltas, status=resp.status, headers=dict(resp.headers)
@@ -118,7 +127,7 @@ class ChatUpstream:
             else:
                 resp.close()
             raise
-        return ChatStream(resp, idle_timeout=self.idle_timeout)
+        return ChatStream(resp, idle_timeout=self.idle_timeout, on_raw=on_raw)
 
     async def get_models(self) -> tuple[int, bytes]:
         """The backend's `GET /models`, status and body as they came."""
@@ -131,13 +140,10 @@ class ChatUpstream:
         resp = await self._request("GET", self._models_url, headers=self._auth, timeout=timeout)
         try:
             return resp.status, await _read_limited(resp, JSON_BODY_LIMIT)
-        except (TimeoutError, aiohttp.ClientError, OSError):
-            raise RequestError(
-                "The backend closed the connection while listing models.",
-                status=502,
-                type="server_error",
-                code="upstream_error",
-            ) from None
+        except TimeoutError:
+            raise self._timed_out() from None
+        except (aiohttp.ClientError, OSError):
+            raise self._closed_early("listing its models") from None
         finally:
             resp.release()
 
@@ -179,19 +185,25 @@ class ChatUpstream:
         except aiohttp.ConnectionTimeoutError:
             raise self._unreachable(f"no connection within {self.connect_timeout:g} s") from None
         except TimeoutError:
-            raise RequestError(
-                f"The backend did not answer within {self.idle_timeout:g} s.",
-                status=504,
-                type="server_error",
-                code="upstream_timeout",
-            ) from None
-        except (aiohttp.ClientError, OSError) as exc:
-            raise RequestError(
-                f"The backend at {self._where()} closed the connection before answering ({type(exc).__name__}).",
-                status=502,
-                type="server_error",
-                code="upstream_error",
-            ) from None
+            raise self._timed_out() from None
+        except (aiohttp.ClientError, OSError):
+            raise self._closed_early("answering") from None
+
+    def _timed_out(self) -> RequestError:
+        return RequestError(
+            f"The backend did not answer within {self.idle_timeout:g} s.",
+            status=504,
+            type="server_error",
+            code="upstream_timeout",
+        )
+
+    def _closed_early(self, doing: str) -> RequestError:
+        return RequestError(
+            f"The backend at {self._where()} closed the connection before {doing}.",
+            status=502,
+            type="server_error",
+            code="upstream_error",
+        )
 
     def _unreachable(self, reason: str) -> RequestError:
         return RequestError(
@@ -222,8 +234,10 @@ class ChatStream:
         deltas: list[Delta] | None = None,
         status: int | None = None,
         headers: dict[str, str] | None = None,
+        on_raw: Callable[[bytes], None] | None = None,
     ) -> None:
         self._resp = response
+        self._on_raw = on_raw
         self._pending = deltas
         self.idle_timeout = idle_timeout
         self.streaming = response is not None  # False: the backend answered plain JSON
@@ -253,6 +267,9 @@ class ChatStream:
                 self._abort()
                 raise
             except TimeoutError:
+                if self._chat.finished:  # complete but for [DONE]: end as a backend EOF would
+                    self._abort()
+                    raise StopAsyncIteration from None
                 return self._fail(
                     [], "upstream_timeout", f"The backend sent nothing for {self.idle_timeout:g} s."
                 )
@@ -265,6 +282,8 @@ class ChatStream:
                 )
             if not chunk:
                 return self._eof()
+            if self._on_raw is not None:
+                self._on_raw(chunk)
             batch = self._decode(chunk, eof=False)
             if batch:
                 return batch
@@ -370,45 +389,10 @@ async def _read_limited(resp: aiohttp.ClientResponse, limit: int) -> bytes:
 
 async def _http_error(resp: aiohttp.ClientResponse) -> RequestError:
     """A backend's non-2xx answer, with its status, message, type, code and param kept."""
-    status = resp.status
+    if resp.status < 400:
+        return http_error(resp.status, b"", resp.headers)
     try:
         raw = await _read_limited(resp, ERROR_BODY_LIMIT)
     except (TimeoutError, aiohttp.ClientError, OSError):
         raw = b""
-    headers: dict[str, str] = {}
-    if status == 429 or status == 503:
-        for key, value in resp.headers.items():
-            lower = key.lower()
-            if lower in _RATE_LIMIT_HEADERS or lower.startswith("x-ratelimit-"):
-                headers[lower] = value
-    default_type = "server_error" if status >= 500 else "invalid_request_error"
-    details: dict[str, Any] = {}
-    try:
-        parsed = orjson.loads(raw) if raw else None
-    except orjson.JSONDecodeError:
-        parsed = None
-    if isinstance(parsed, dict):
-        err = parsed.get("error")
-        if isinstance(err, dict):
-            details = err
-        elif isinstance(err, str):
-            details = {"message": err}
-        elif parsed.get("object") == "error" or "message" in parsed:  # vLLM's flat shape
-            details = parsed
-        elif isinstance(parsed.get("detail"), str):  # FastAPI's default error body
-            details = {"message": parsed["detail"]}
-    message = details.get("message")
-    if not (isinstance(message, str) and message):
-        text = raw.decode("utf-8", "replace").strip()[:500]
-        message = f"The backend answered HTTP {status}" + (f": {text}" if text else ".")
-    type_ = details.get("type")
-    code = details.get("code")
-    param = details.get("param")
-    return RequestError(
-        message,
-        status=status,
-        type=type_ if isinstance(type_, str) and type_ else default_type,
-        code=code if isinstance(code, str) and code else None,
-        param=param if isinstance(param, str) and param else None,
-        headers=headers,
-    )
+    return http_error(resp.status, raw, resp.headers)

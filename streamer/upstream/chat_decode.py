@@ -2,7 +2,8 @@
 
 `ChatChunkDecoder` takes the `data:` payload of one SSE event of a streamed completion;
 `decode_completion` takes a whole non-streamed completion, for backends that ignore
-`stream: true`. Both are lenient: a shape they do not know is skipped, never raised on,
+`stream: true`; `http_error` turns a backend's error answer into a `RequestError`.
+All are lenient: a shape they do not know is skipped, never raised on,
 because every backend (vLLM, llama.cpp, Ollama, SGLang, LM Studio) adds its own fields.
 
 Order of deltas from one chunk: reasoning, text, refusal, tool calls, finish, usage.
@@ -10,6 +11,7 @@ Order of deltas from one chunk: reasoning, text, refusal, tool calls, finish, us
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 import orjson
@@ -24,8 +26,11 @@ from ..deltas import (
     UpstreamError,
     Usage,
 )
+from ..errors import RequestError
+from ..sse import SSEDecoder, SSEError
 
 INVALID_CHUNK = "invalid_upstream_chunk"
+_RATE_LIMIT_HEADERS = ("retry-after", "retry-after-ms")
 _SNIPPET = 120
 
 
@@ -112,6 +117,82 @@ def decode_completion(body: Any) -> list[Delta]:
     if usage and isinstance(usage, dict):
         out.append(decode_usage(usage))
     return out
+
+
+def decode_body(raw: bytes) -> list[Delta]:
+    """A whole 2xx JSON body: a completion, or an event stream mislabelled as JSON."""
+    try:
+        return decode_completion(orjson.loads(raw))
+    except orjson.JSONDecodeError:
+        pass
+    if raw.lstrip().startswith(b"data:"):
+        sse, chat = SSEDecoder(), ChatChunkDecoder()
+        try:
+            messages = sse.feed(raw) + sse.close()
+        except SSEError:
+            messages = []
+        out: list[Delta] = []
+        for message in messages:
+            out.extend(chat.feed(message.data, message.event))
+            if chat.done or (out and type(out[-1]) is UpstreamError):
+                return out
+        if chat.finished:
+            return out
+    return [UpstreamError(INVALID_CHUNK, "The backend sent a malformed JSON body.")]
+
+
+def http_error(status: int, raw: bytes, headers: Mapping[str, str]) -> RequestError:
+    """A backend's non-2xx answer as a `RequestError` that keeps its status and details.
+
+    Reads OpenAI's `{"error": {...}}`, Ollama's `{"error": "text"}`, vLLM's flat
+    `{"object": "error", "message": ...}` and FastAPI's `{"detail": "text"}`; any other
+    body becomes the message as text. Rate-limit headers are kept on 429 and 503.
+    """
+    if status < 400:  # redirects are not followed: the upstream URL is wrong
+        return RequestError(
+            f"The backend answered HTTP {status} (a redirect); check the upstream URL.",
+            status=502,
+            type="server_error",
+            code="upstream_error",
+        )
+    kept: dict[str, str] = {}
+    if status in (429, 503):
+        for key, value in headers.items():
+            lower = key.lower()
+            if lower in _RATE_LIMIT_HEADERS or lower.startswith("x-ratelimit-"):
+                kept[lower] = value
+    details: dict[str, Any] = {}
+    try:
+        parsed = orjson.loads(raw) if raw else None
+    except orjson.JSONDecodeError:
+        parsed = None
+    if isinstance(parsed, dict):
+        err = parsed.get("error")
+        if isinstance(err, dict):
+            details = err
+        elif isinstance(err, str):
+            details = {"message": err}
+        elif parsed.get("object") == "error" or "message" in parsed:
+            details = parsed
+        elif isinstance(parsed.get("detail"), str):
+            details = {"message": parsed["detail"]}
+    message = details.get("message")
+    if not (isinstance(message, str) and message):
+        text = raw.decode("utf-8", "replace").strip()[:500]
+        message = f"The backend answered HTTP {status}" + (f": {text}" if text else ".")
+    type_ = details.get("type")
+    code = details.get("code")
+    param = details.get("param")
+    return RequestError(
+        message,
+        status=status,
+        type=type_
+        if isinstance(type_, str) and type_
+        else ("server_error" if status >= 500 else "invalid_request_error"),
+        code=code if isinstance(code, str) and code else None,
+        param=param if isinstance(param, str) and param else None,
+        headers=kept,
+    )
 
 
 def payload_error(obj: dict[str, Any]) -> UpstreamError | None:

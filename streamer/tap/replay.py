@@ -1,0 +1,132 @@
+"""`streamer replay FILE`: a recorded backend stream through today's pipeline.
+
+A `serve --tap-dir` recording holds the client's request and the raw bytes the backend
+sent. Replaying feeds those bytes through the same SSE decoder, chunk decoder and
+`OutputItemStreamer` the gateway uses, then prints and checks the events, and with
+`--compare` diffs them against the events the gateway sent when it was recorded, so a
+recorded misbehaviour becomes a regression test.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Iterable
+from typing import Any, TextIO
+
+import orjson
+
+from streamer.errors import RequestError
+from streamer.events import Event
+from streamer.pipeline import TurnOptions, prepare
+from streamer.sse import SSEDecoder
+from streamer.tap.command import EXIT_CLEAN, EXIT_UNREADABLE, EXIT_VIOLATIONS, use_color
+from streamer.tap.grammar import GrammarChecker
+from streamer.tap.render import Renderer
+from streamer.tools import NamingConfig
+from streamer.upstream.chat_decode import ChatChunkDecoder
+
+
+class Recording:
+    """The parts of one recorded exchange that a replay needs."""
+
+    def __init__(self, lines: Iterable[dict[str, Any]]) -> None:
+        self.request: dict[str, Any] | None = None
+        self.chunks: list[bytes] = []
+        self.events: list[dict[str, Any]] = []
+        for line in lines:
+            kind = line.get("kind")
+            if kind == "client_request" and self.request is None:
+                self.request = line.get("body")
+            elif kind == "backend_chunk":
+                self.chunks.append(str(line.get("data", "")).encode())
+            elif kind == "client_event":
+                self.events.append(line["event"])
+
+    @classmethod
+    def load(cls, path: str) -> Recording:
+        with open(path, "rb") as f:
+            return cls(orjson.loads(raw) for raw in f if raw.strip())
+
+
+def replay(recording: Recording, options: TurnOptions | None = None) -> list[Event]:
+    """The events today's pipeline makes from the recorded request and backend bytes."""
+    if recording.request is None:
+        raise ValueError("the recording has no client_request line")
+    turn = prepare(dict(recording.request), options or TurnOptions())
+    streamer = turn.streamer
+    sse, chat = SSEDecoder(), ChatChunkDecoder()
+    events = streamer.start()
+    for raw in recording.chunks:  # one batch per recorded network read, as when it was live
+        deltas = [d for message in sse.feed(raw) for d in chat.feed(message.data, message.event)]
+        events += streamer.feed(deltas)
+    for message in sse.close():
+        events += streamer.feed(chat.feed(message.data, message.event))
+    if not streamer.done:
+        if chat.done or chat.finished:
+            events += streamer.finish()
+        else:  # what the upstream client reports for a stream cut short
+            events += streamer.fail("server_error", "The backend closed the stream before it finished.")
+    return events
+
+
+def normalised(events: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Events with generated ids and timestamps replaced by stable placeholders."""
+    ids: dict[str, str] = {}
+
+    def walk(value: Any) -> Any:
+        if isinstance(value, dict):
+            out = {}
+            for key, item in value.items():
+                if key in ("id", "item_id", "call_id") and isinstance(item, str):
+                    item = ids.setdefault(item, f"<id{len(ids)}>")
+                elif key in ("created_at", "completed_at") and item is not None:
+                    item = 0
+                out[key] = walk(item)
+            return out
+        if isinstance(value, list):
+            return [walk(v) for v in value]
+        return value
+
+    return [walk(e) for e in events]
+
+
+def add_replay_parser(subparsers: Any) -> argparse.ArgumentParser:
+    parser = subparsers.add_parser(
+        "replay", help="run a recorded backend stream through today's pipeline",
+        description=__doc__.splitlines()[0],
+    )  # fmt: skip
+    parser.add_argument("file", metavar="FILE", help="a `serve --tap-dir` recording")
+    parser.add_argument("--compare", action="store_true",
+                        help="exit 1 unless the events equal the recorded ones (ids aside)")
+    parser.add_argument("--json", action="store_true", help="one JSON object per event")
+    parser.add_argument("--color", choices=("auto", "always", "never"), default="auto")
+    parser.add_argument("--tool-name-style", default="codex")
+    parser.add_argument("--max-tool-name-length", type=int, default=64)
+    return parser
+
+
+async def run_replay(args: argparse.Namespace, out: TextIO | None = None) -> int:
+    out = out or sys.stdout
+    try:
+        recording = Recording.load(args.file)
+        options = TurnOptions(
+            naming=NamingConfig(style=args.tool_name_style, max_name_length=args.max_tool_name_length)
+        )
+        events = [orjson.loads(e.data) for e in replay(recording, options)]
+    except (OSError, ValueError, RequestError, orjson.JSONDecodeError) as exc:
+        print(f"streamer replay: {args.file}: {exc}", file=sys.stderr)
+        return EXIT_UNREADABLE
+    checker = GrammarChecker(None)
+    renderer = Renderer(out, mode="json" if args.json else "timeline",
+                        color=use_color(args.color, out))  # fmt: skip
+    for position, event in enumerate(events):
+        renderer.event(position, 0.0, event, checker.feed(event))
+    renderer.end(checker.finish(), source_format="replay", note=None)
+    status = EXIT_VIOLATIONS if renderer.summary.violations else EXIT_CLEAN
+    if args.compare:
+        if normalised(events) != normalised(recording.events):
+            print("streamer replay: the events differ from the recorded ones", file=sys.stderr)
+            return EXIT_VIOLATIONS
+        print("streamer replay: same events as recorded", file=sys.stderr)
+    return status

@@ -1,0 +1,149 @@
+"""tool_choice resolution: the client's choice mapped onto one request's flat names (pure).
+
+Works over plain `Entry` rows (flat name + identity) so it needs nothing from
+`streamer.tools`, which builds the index and wraps the result in a `ResolvedChoice`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any, Literal, NamedTuple
+
+from streamer.errors import invalid
+
+ChoiceMode = Literal["auto", "none", "required"]
+Resolution = tuple[ChoiceMode, tuple[str, ...] | None]
+
+_AUTO: Resolution = ("auto", None)
+
+
+class Entry(NamedTuple):
+    """One declared flat tool as tool_choice sees it."""
+
+    flat: str
+    namespace: str | None
+    name: str
+    kind: str
+
+
+class ChoiceIndex:
+    """Name lookups for tool_choice over one request's declared tools."""
+
+    __slots__ = ("by_ns", "default_namespace", "flats", "members", "top")
+
+    def __init__(self, entries: Iterable[Entry], default_namespace: str) -> None:
+        self.default_namespace = default_namespace
+        self.flats: set[str] = set()
+        self.top: dict[str, list[Entry]] = {}
+        self.by_ns: dict[str, dict[str, list[Entry]]] = {}
+        self.members: dict[str, list[Entry]] = {}
+        for e in entries:
+            self.flats.add(e.flat)
+            if e.namespace is None:
+                self.top.setdefault(e.name, []).append(e)
+            else:
+                self.by_ns.setdefault(e.namespace, {}).setdefault(e.name, []).append(e)
+                self.members.setdefault(e.name, []).append(e)
+
+
+def resolve_choice(tool_choice: Any, index: Callable[[], ChoiceIndex]) -> Resolution:
+    """Map the client's tool_choice onto flat names (rule 6); hosted choices become auto.
+
+    `index` builds (or returns a cached) index; plain modes never call it.
+    """
+    if tool_choice is None or tool_choice == "auto":
+        return _AUTO
+    if tool_choice == "none":
+        return ("none", None)
+    if tool_choice == "required":
+        if not index().flats:
+            raise invalid("tool_choice 'required' needs at least one callable tool.", "tool_choice")
+        return ("required", None)
+    if not isinstance(tool_choice, Mapping):
+        raise invalid("tool_choice must be 'auto', 'none', 'required' or an object.", "tool_choice")
+    kind = tool_choice.get("type")
+    if not isinstance(kind, str):
+        raise invalid("tool_choice needs a string 'type'.", "tool_choice.type")
+    if kind == "allowed_tools":
+        return _resolve_allowed(tool_choice, index())
+    flats = _resolve_entry(tool_choice, "tool_choice", index())
+    return ("required", flats) if flats else _AUTO
+
+
+def _resolve_allowed(choice: Mapping[str, Any], idx: ChoiceIndex) -> Resolution:
+    mode = choice.get("mode", "auto")
+    if mode not in ("auto", "required"):
+        raise invalid("allowed_tools mode must be 'auto' or 'required'.", "tool_choice.mode")
+    entries = choice.get("tools")
+    if not isinstance(entries, list) or not entries:
+        raise invalid("allowed_tools needs a non-empty 'tools' array.", "tool_choice.tools")
+    allowed: dict[str, None] = {}
+    for i, entry in enumerate(entries):
+        base = f"tool_choice.tools[{i}]"
+        if not isinstance(entry, Mapping):
+            raise invalid("An allowed_tools entry must be an object.", base)
+        if not isinstance(entry.get("type"), str):
+            raise invalid("An allowed_tools entry needs a string 'type'.", f"{base}.type")
+        allowed.update(dict.fromkeys(_resolve_entry(entry, base, idx)))
+    if not allowed:  # only hosted tools: nothing the backend can be restricted to
+        return _AUTO
+    return (mode, tuple(allowed))
+
+
+def _resolve_entry(entry: Mapping[str, Any], base: str, idx: ChoiceIndex) -> tuple[str, ...]:
+    """Flat names one choice object designates; () for hosted tools."""
+    kind = entry["type"]
+    if kind in ("function", "custom"):
+        return (_resolve_name(entry, kind, base, idx),)
+    if kind == "tool_search":
+        found = idx.top.get("tool_search", [])
+        return tuple(e.flat for e in found if e.kind == "tool_search")[:1]
+    if kind == "namespace":
+        ns = entry.get("name")
+        members = idx.by_ns.get(ns) if isinstance(ns, str) else None
+        if not members:
+            raise invalid(f"Unknown namespace {ns!r} in tool_choice.", f"{base}.name")
+        return tuple(dict.fromkeys(e.flat for es in members.values() for e in es))
+    return ()
+
+
+def _resolve_name(entry: Mapping[str, Any], kind: str, base: str, idx: ChoiceIndex) -> str:
+    name = entry.get("name")
+    if not isinstance(name, str) or not name:
+        raise invalid(f"A {kind} tool_choice needs a non-empty 'name'.", f"{base}.name")
+    ns = entry.get("namespace")
+    if ns is not None and not isinstance(ns, str):
+        raise invalid("tool_choice namespace must be a string.", f"{base}.namespace")
+    if ns:
+        alternatives = [ns]
+        if ns in (name, idx.default_namespace):
+            alternatives.append(None)
+        for n in alternatives:
+            found = idx.top.get(name) if n is None else idx.by_ns.get(n, {}).get(name)
+            if found:
+                return _pick(found, kind)
+        if ns not in idx.by_ns:
+            raise invalid(f"Unknown namespace {ns!r} in tool_choice.", f"{base}.namespace")
+        raise invalid(f"No tool named {name!r} in namespace {ns!r}.", f"{base}.name")
+    found = idx.top.get(name)
+    if found:
+        return _pick(found, kind)
+    if name in idx.flats:
+        return name
+    owners = idx.members.get(name)
+    if owners:
+        spaces = list(dict.fromkeys(e.namespace for e in owners))
+        if len(spaces) == 1:
+            return _pick(owners, kind)
+        listed = ", ".join(repr(s) for s in spaces)
+        raise invalid(
+            f"tool_choice name {name!r} is ambiguous: it is defined in namespaces {listed}. "
+            "Add a 'namespace' field or use the flat name.",
+            f"{base}.name",
+        )
+    raise invalid(f"tool_choice names an unknown tool {name!r}.", f"{base}.name")
+
+
+def _pick(found: list[Entry], kind: str) -> str:
+    """Prefer the tool of the kind the choice named; any kind is accepted."""
+    return next((e.flat for e in found if e.kind == kind), found[0].flat)
