@@ -184,7 +184,8 @@ class SseSink:
         m, sep = self.m, self.sep
         if self.ttfb is None:
             self.ttfb = m.mark(m.ttfb, self.t_send)
-            if b"\r\n" in data:
+            eol = data.find(b"\n")
+            if eol > 0 and data[eol - 1] == 13:  # CRLF line ends
                 sep = self.sep = b"\r\n\r\n"
         m.events += (self.carry + data).count(sep)
         m.nbytes += len(data)

@@ -127,33 +127,41 @@ class StreamConnection(asyncio.Protocol):
             data = bytes(self._size_line) + data
             self._size_line.clear()
         pieces: list[bytes] = []
+        append = pieces.append
         pos, n = 0, len(data)
-        while pos < n:
-            if self._left:
-                take = min(self._left, n - pos)
-                pieces.append(data[pos : pos + take])
-                pos += take
-                self._left -= take
-                if not self._left:
-                    self._skip = 2
-                continue
-            if self._skip:
-                k = min(self._skip, n - pos)
-                pos += k
-                self._skip -= k
-                if not self._skip and self._last:
+        if self._left:  # the rest of a chunk that the previous read cut
+            take = min(self._left, n)
+            append(data[:take])
+            pos, self._left = take, self._left - take
+            if not self._left:
+                self._skip = 2
+        if self._skip and pos < n:
+            k = min(self._skip, n - pos)
+            pos, self._skip = pos + k, self._skip - k
+        if not self._left and not self._skip and not self._last:
+            find = data.find
+            while pos < n:  # the hot loop: one find, one int, one slice per chunk
+                eol = find(b"\r\n", pos)
+                if eol < 0:
+                    self._size_line += data[pos:]
                     break
-                continue
-            eol = data.find(b"\r\n", pos)
-            if eol < 0:
-                self._size_line += data[pos:]
+                try:
+                    size = int(data[pos:eol], 16)
+                except ValueError:  # a chunk extension
+                    size = int(data[pos:eol].split(b";", 1)[0], 16)
+                start = eol + 2
+                if size == 0:  # the last chunk; no trailers from the servers we measure
+                    self._last, self._skip = True, 2 - min(2, n - start)
+                    break
+                end = start + size
+                append(data[start:end])
+                if end + 2 <= n:
+                    pos = end + 2
+                    continue
+                self._left = max(0, end - n)
+                if not self._left:
+                    self._skip = 2 - (n - end)
                 break
-            size = int(data[pos:eol].split(b";", 1)[0], 16)
-            pos = eol + 2
-            if size == 0:
-                self._last, self._skip = True, 2  # no trailers from the servers we measure
-            else:
-                self._left = size
         if pieces:
             self._deliver(pieces[0] if len(pieces) == 1 else b"".join(pieces))
         if self._last and not self._skip and self.done is not None and not self.done.done():

@@ -27,7 +27,9 @@ The stream is sent with `Content-Type: text/event-stream` unless `stream_headers
 otherwise. `DONE` is `data: [DONE]\\n\\n`; scripts do not get one implicitly, so a script
 without it is a backend that closes without `[DONE]`.
 
-Records. `records[i]` (`BackendRequest`) holds the body, headers, start time and, when the
+Records. `records[i]` (`BackendRequest`, one per request, `GET /v1/models` included) holds
+the body, headers (case-insensitive), `peer` (the client's address: the same port means the
+same pooled connection), start time, `completed` (the whole script was written) and, when the
 client went away before the script ended, `disconnected_at` (monotonic) and the set
 `disconnected` event: `await rec.wait_disconnect()` returns how long after the script
 started the client left. `disconnects` counts them; `requests` is the list of bodies.

@@ -498,6 +498,65 @@ def test_inputs_without_tool_items(input_items: Any) -> None:
     assert [t.name for t in convert([fn("a")], input_items).tools] == ["a"]
 
 
+# -- namespace descriptions ----------------------------------------------------------------
+
+
+def described(name: str, description: Any, *members: dict[str, Any]) -> dict[str, Any]:
+    return {**ns(name, *members), "description": description}
+
+
+@pytest.mark.parametrize(
+    "description",
+    [
+        "Tools in the mcp__docs namespace.",
+        "  Tools in the mcp__docs namespace.\n",
+        "",
+        "  ",
+        None,
+        7,
+    ],
+)
+def test_boilerplate_and_empty_namespace_descriptions_are_ignored(description: Any) -> None:
+    names = convert(
+        [described("mcp__docs", description, fn("search", description="Find."), fn("x"))]
+    )
+    assert [t.description for t in names.tools] == ["Find.", None]
+
+
+def test_real_namespace_description_prefixes_each_member() -> None:
+    grammar = {"type": "grammar", "syntax": "regex", "definition": "^[0-9]+$"}
+    members = (fn("search", description="Find."), fn("fetch"), custom("patch", format=grammar))
+    names = convert([described("mcp__docs", "  Company wiki.\n", *members), fn("top")])
+    search, fetch, patch, top = names.tools
+    assert search.description == "Company wiki.\n\nFind."
+    assert fetch.description == "Company wiki."
+    assert patch.description is not None
+    assert patch.description.startswith("Company wiki.\n\nThe `input` string must match")
+    assert top.description is None
+    # The description changes what the model reads, never the names or the routing.
+    plain = convert([ns("mcp__docs", *members), fn("top")])
+    assert [t.name for t in names.tools] == [t.name for t in plain.tools]
+    assert names.identities == plain.identities
+
+
+def test_another_namespaces_boilerplate_is_a_real_description() -> None:
+    names = convert([described("mcp__a", "Tools in the mcp__b namespace.", fn("x"))])
+    assert names.tools[0].description == "Tools in the mcp__b namespace."
+
+
+def test_namespace_description_from_input_items_and_first_declaration_wins() -> None:
+    cal = described("mcp__cal", "Plan events.", fn("_create", description="Create."))
+    again = described("mcp__cal", "Other words.", fn("_create", description="Create."))
+    items = [
+        {"type": "tool_search_output", "tools": [cal]},
+        {"type": "additional_tools", "tools": [again]},
+    ]
+    names = convert(None, items)
+    assert [t.description for t in names.tools] == ["Plan events.\n\nCreate."]
+    restored = ResponsesToolNames.from_json(orjson.loads(orjson.dumps(names.to_json())))
+    assert restored.tools == names.tools
+
+
 # -- rule 6: tool_choice -------------------------------------------------------------------
 
 CHOICE_TOOLS = [
@@ -895,6 +954,21 @@ def test_decode_of_unknown_names_never_splits() -> None:
     assert names.decode("") == ToolIdentity(None, "")
     assert not names.is_namespaced("mcp__x__search")
     assert names.is_namespaced("mcp__docs__search")
+
+
+def test_public_names_import_from_tools_and_helpers_do_not_import_it() -> None:
+    code = (
+        "import sys, streamer.tool_decls, streamer.tool_choice;"
+        "assert 'streamer.tools' not in sys.modules, 'helper imports tools';"
+        "from streamer.tools import (DEFAULT_CONFIG, DEFAULT_NAMESPACE, FlatTool, NameStyle,"
+        " NamingConfig, ResolvedChoice, ResponsesToolNames, ToolIdentity, ToolKind);"
+        "assert DEFAULT_CONFIG == NamingConfig() and DEFAULT_NAMESPACE == 'functions';"
+        "print('ok')"
+    )
+    root = Path(__file__).resolve().parents[1]
+    env = {**os.environ, "PYTHONPATH": str(root)}
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
+    assert (out.returncode, out.stdout.strip()) == (0, "ok"), out.stderr
 
 
 def test_identities_and_len() -> None:

@@ -239,3 +239,31 @@ def test_every_declared_tool_can_be_forced(req: Any, config: NamingConfig) -> No
             continue
         choice = {"type": ident.kind, "name": ident.name, "namespace": ident.namespace}
         assert names.resolve_choice(choice) == ResolvedChoice("required", (t.name,))
+
+
+def describe_namespaces(lst: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [
+        {**t, "description": f"About {t['name']}."} if t["type"] == "namespace" else t for t in lst
+    ]
+
+
+@QUICK
+@given(requests(), config_st)
+def test_namespace_descriptions_prefix_members_and_leave_names_alone(
+    req: Any, config: NamingConfig
+) -> None:
+    tools, items = req
+    plain = ResponsesToolNames.convert(tools, items, config=config)
+    items2 = [{**i, "tools": describe_namespaces(i["tools"])} if "tools" in i else i for i in items]
+    described = ResponsesToolNames.convert(describe_namespaces(tools), items2, config=config)
+    assert [(t.name, t.identity) for t in described.tools] == [
+        (t.name, t.identity) for t in plain.tools
+    ]
+    for old, new in zip(plain.tools, described.tools, strict=True):
+        ns = old.identity.namespace
+        if ns is None:
+            assert new.description == old.description
+        else:
+            prefix = f"About {ns.strip()}."
+            tail = f"\n\n{old.description}" if old.description else ""
+            assert new.description == prefix + tail
