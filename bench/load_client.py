@@ -27,7 +27,6 @@ import resource
 import subprocess
 import sys
 import time
-from collections import Counter
 from collections.abc import Coroutine
 from typing import Any
 
@@ -35,9 +34,9 @@ import aiohttp
 import orjson
 import procstat
 from httpwire import install_uvloop
+from meter import FN, NS, Meter, merge, meter_fields, summarize
 from sse_client import HttpStatusError, StreamConnection, build_request
 
-NS, FN = "mcp__bench", "lookup"
 PARAMS = {"type": "object", "properties": {"query": {"type": "string"}}, "required": ["query"]}
 TOOLS = [
     {
@@ -66,102 +65,6 @@ def request_body(model: str, ws: bool) -> dict[str, Any]:
     if ws:
         return {"type": "response.create", **body}
     return {**body, "stream": True}
-
-
-def percentiles(xs: list[float]) -> dict[str, float | None]:
-    if not xs:
-        return {"p50": None, "p99": None}
-    s = sorted(xs)
-
-    def at(q: float) -> float:
-        return round(s[min(len(s) - 1, int(q * len(s)))] * 1000, 3)
-
-    return {"p50": at(0.5), "p99": at(0.99)}
-
-
-class Meter:
-    """Counters shared by the workers of one process."""
-
-    def __init__(self, expect: str, t0: float, t1: float) -> None:
-        self.expect = expect
-        self.t0, self.t1 = t0, t1
-        self.events = 0
-        self.nbytes = 0
-        self.ttfb: list[float] = []
-        self.first_text: list[float] = []
-        self.latency: list[float] = []
-        self.ok = 0
-        self.failures: Counter[str] = Counter()
-        self.terminal: Counter[str] = Counter()
-        self.ns_ok = 0
-        self.ns_bad: Counter[str] = Counter()
-
-    def in_window(self, t: float) -> bool:
-        return self.t0 <= t <= self.t1
-
-    def fail(self, why: str) -> None:
-        if self.in_window(time.monotonic()):
-            self.failures[why] += 1
-
-    def mark(self, samples: list[float], t_send: float) -> float:
-        """Record a first byte or first text that happened now, if now is in the window."""
-        now = time.monotonic()
-        if self.t0 <= now <= self.t1:
-            samples.append(now - t_send)
-        return now - t_send
-
-    def done(self, t_send: float, last: bytes) -> None:
-        t_end = time.monotonic()
-        if not self.in_window(t_end):
-            return
-        kind, verdict = judge(last, self.expect)
-        self.terminal[kind] += 1
-        if kind != ("[DONE]" if self.expect == "raw" else "response.completed"):
-            self.failures[f"ended with {kind}"] += 1
-            return
-        if verdict == "ok":
-            self.ns_ok += 1
-        elif verdict is not None:
-            self.ns_bad[verdict] += 1
-        self.ok += 1
-        self.latency.append(t_end - t_send)
-
-
-def judge(last: bytes, expect: str) -> tuple[str, str | None]:
-    """(terminal kind, namespace verdict) of the last event; verdict None: no call to check."""
-    data = last
-    if not last.lstrip().startswith(b"{"):  # SSE: the data lines of the last event but [DONE]
-        events = [
-            b"\n".join(ln[5:].lstrip() for ln in ev.splitlines() if ln.startswith(b"data:"))
-            for ev in last.replace(b"\r\n", b"\n").split(b"\n\n")
-        ]
-        events = [e for e in events if e]
-        data = events[-1] if events else b""
-        if expect != "raw" and data == b"[DONE]" and len(events) > 1:
-            data = events[-2]
-    if expect == "raw":
-        return ("[DONE]" if data.strip() == b"[DONE]" else "no [DONE]"), None
-    try:
-        obj = orjson.loads(data)
-    except orjson.JSONDecodeError:
-        return "unparsable last event", None
-    kind = str(obj.get("type"))
-    if kind != "response.completed":
-        return kind, None
-    calls = [
-        i for i in obj.get("response", {}).get("output", []) if i.get("type") == "function_call"
-    ]
-    if not calls:
-        return kind, "no function_call in the output"
-    call = calls[0]
-    if call.get("name") != FN or call.get("namespace") != NS:
-        return kind, f"name={call.get('name')!r} namespace={call.get('namespace')!r}"
-    try:
-        if not isinstance(orjson.loads(call.get("arguments", "")), dict):
-            return kind, "arguments not an object"
-    except orjson.JSONDecodeError:
-        return kind, "arguments not JSON"
-    return kind, "ok"
 
 
 class SseSink:
@@ -294,7 +197,7 @@ async def run_window(args: argparse.Namespace, start_at: float) -> dict[str, Any
 
     def snapshot() -> None:
         cpu = {k: procstat.cpu_seconds(procstat.tree(int(p))) for k, p in watch.items()}
-        cpu["machine"] = procstat.machine_busy_seconds()
+        cpu.update(procstat.busy_seconds())
         ru = resource.getrusage(resource.RUSAGE_SELF)
         snaps.append((time.monotonic(), m.events, m.nbytes, ru.ru_utime + ru.ru_stime, cpu))
 
@@ -340,57 +243,6 @@ async def run_count(args: argparse.Namespace) -> dict[str, Any]:
     }
 
 
-def meter_fields(m: Meter) -> dict[str, Any]:
-    return {
-        "requests": m.ok,
-        "failures": sum(m.failures.values()),
-        "failure_kinds": dict(m.failures.most_common(5)),
-        "terminal": dict(m.terminal),
-        "namespace_ok": m.ns_ok,
-        "namespace_bad": dict(m.ns_bad.most_common(3)),
-        "samples": {"ttfb": m.ttfb, "first_text": m.first_text, "latency": m.latency},
-    }
-
-
-def summarize(r: dict[str, Any], args: argparse.Namespace) -> dict[str, Any]:
-    """Rates and percentiles from the raw counts (also after merging processes)."""
-    w = r["window_s"] or 1e-9
-    s = r.pop("samples")
-    if args.expect == "raw":
-        namespace = "n/a"
-    elif r["namespace_bad"]:
-        namespace = "no"
-    else:
-        namespace = "yes" if r["namespace_ok"] else "unknown"
-    return {
-        "url": args.url,
-        "transport": "ws" if args.ws else "sse",
-        "expect": args.expect,
-        "concurrency": args.concurrency,
-        **r,
-        "events_per_s": r["events"] / w,
-        "requests_per_s": r["requests"] / w,
-        "mb_per_s": r["bytes"] / w / 1e6,
-        "ttfb_ms": percentiles(s["ttfb"]),
-        "first_text_ms": percentiles(s["first_text"]),
-        "latency_ms": percentiles(s["latency"]),
-        "namespace": namespace,
-        "cpu_util": {k: v / w for k, v in r["cpu_s"].items()},
-    }
-
-
-def merge(parts: list[dict[str, Any]]) -> dict[str, Any]:
-    out = dict(parts[0])
-    out["window_s"] = max(p["window_s"] for p in parts)
-    for key in ("events", "bytes", "requests", "failures", "namespace_ok"):
-        out[key] = sum(p[key] for p in parts)
-    for key in ("failure_kinds", "terminal", "namespace_bad"):
-        out[key] = dict(sum((Counter(p[key]) for p in parts), Counter()))
-    out["samples"] = {k: [x for p in parts for x in p["samples"][k]] for k in out["samples"]}
-    out["cpu_s"] = {k: sum(p["cpu_s"].get(k, 0.0) for p in parts) for k in parts[0]["cpu_s"]}
-    return out
-
-
 def run_procs(args: argparse.Namespace) -> dict[str, Any]:
     """Split the load over `--procs` child processes that start together."""
     start_at = time.monotonic() + 1.0  # time for the children to import
@@ -429,10 +281,10 @@ def run_procs(args: argparse.Namespace) -> dict[str, Any]:
     t0 = start_at + args.warmup
     time.sleep(max(0.0, t0 - time.monotonic()))
     a = {k: procstat.cpu_seconds(procstat.tree(int(p))) for k, p in watch.items()}
-    a["machine"] = procstat.machine_busy_seconds()
+    a.update(procstat.busy_seconds())
     time.sleep(max(0.0, t0 + args.duration - time.monotonic()))
     b = {k: procstat.cpu_seconds(procstat.tree(int(p))) for k, p in watch.items()}
-    b["machine"] = procstat.machine_busy_seconds()
+    b.update(procstat.busy_seconds())
     parts = [json.loads(ch.communicate()[0]) for ch in children]
     merged = merge(parts)
     merged["cpu_s"].update({k: b[k] - a[k] for k in b})
@@ -487,7 +339,8 @@ def main(argv: list[str] | None = None) -> None:
     if args.raw:
         sys.stdout.write(json.dumps(result))
         return
-    out = summarize(result, args)
+    settings = {"url": args.url, "transport": "ws" if args.ws else "sse", "expect": args.expect}
+    out = summarize(result, {**settings, "concurrency": args.concurrency})
     if args.json:
         print(json.dumps(out))
         return

@@ -52,7 +52,10 @@ def main(src: str, dst: str) -> None:
     axes[0][0].set_ylabel("events per second (log)")
     axes[0][-1].legend(fontsize=8, loc="best")
     meta = result["meta"]
-    fig.suptitle(f"streamer benchmark, {meta['started']} ({meta['pinning']})", fontsize=9)
+    runs = meta["settings"]["runs"]
+    fig.suptitle(
+        f"streamer benchmark, {meta['started']}: events/s, median of {runs} run(s)", fontsize=10
+    )
     fig.tight_layout()
     fig.savefig(dst, dpi=110)
 

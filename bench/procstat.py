@@ -113,8 +113,14 @@ def pids_listening_on(port: int) -> list[int]:
     return sorted(p for p, parent in holders.items() if parent not in holders)
 
 
-def machine_busy_seconds() -> float:
-    """CPU time spent by everything on the machine (all cores, not idle or iowait), seconds."""
-    cols = Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]
-    user, nice, system, _idle, _iowait, irq, softirq, steal = (int(x) for x in cols[:8])
-    return (user + nice + system + irq + softirq + steal) / TICK
+def busy_seconds() -> dict[str, float]:
+    """CPU time spent by everything, not idle or iowait: `machine` (all cores) and `core<i>`."""
+    out: dict[str, float] = {}
+    for line in Path("/proc/stat").read_text().splitlines():
+        if not line.startswith("cpu"):
+            break
+        cols = line.split()
+        user, nice, system, _idle, _iowait, irq, softirq, steal = (int(x) for x in cols[1:9])
+        name = "machine" if cols[0] == "cpu" else "core" + cols[0][3:]
+        out[name] = (user + nice + system + irq + softirq + steal) / TICK
+    return out

@@ -38,6 +38,7 @@ MEDIAN_KEYS = (
     "client_cpu_util",
     "backend_cpu_util",
     "others_cpu_util",
+    "gateway_core_others",
 )
 
 
@@ -63,6 +64,7 @@ def cell_summary(runs: list[dict[str, Any]]) -> dict[str, Any]:
             bad[k] = bad.get(k, 0) + v
     out["namespace_bad"] = bad
     out["load_bound"] = any(r.get("load_bound") for r in runs)
+    out["contended"] = any((r.get("gateway_core_others") or 0) >= 0.1 for r in runs)
     return out
 
 
@@ -149,7 +151,7 @@ def markdown(result: dict[str, Any]) -> str:
     ]
     for cell in sorted(cells, key=lambda c: (c["n"], c["c"], c["order"])):
         m = cell["median"]
-        flag = " ⚑" if m["load_bound"] else ""
+        flag = (" ⚑" if m["load_bound"] else "") + (" ‡" if m.get("contended") else "")
         cpu = m["target_cpu_util"]
         lines.append(
             f"| {cell['n']} | {cell['c']} | {label(cell)} | {_fmt(m['events_per_s'])}{flag}"
@@ -161,9 +163,10 @@ def markdown(result: dict[str, Any]) -> str:
         )
     lines += [
         "",
-        "⚑: the load core was saturated (client + backend), so this figure is a lower bound of "
-        "what the target can do. Events are what the client received: Responses events for "
-        "the gateways, Chat chunks for the raw relay.",
+        "⚑: the load core(s) were saturated during a run (by the client and backend, or by "
+        "other processes), so this figure is a lower bound of what the target can do. ‡: other processes on the machine took 10% or more of the "
+        "gateway core during a run, so this figure may be low. Events are what the client "
+        "received: Responses events for the gateways, Chat chunks for the raw relay.",
         "",
         "## Targets",
         "",

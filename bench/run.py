@@ -13,6 +13,7 @@ load client, the backend and this script to the other cores (see bench/README.md
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import platform
@@ -124,8 +125,14 @@ def settle(t: tg.Target, limit: float) -> None:
 
 
 def measure(
-    t: tg.Target, c: int, args: argparse.Namespace, backend: tg.Target, load: set[int] | None
+    t: tg.Target,
+    c: int,
+    args: argparse.Namespace,
+    backend: tg.Target,
+    cores: tuple[set[int] | None, set[int] | None],
 ) -> dict[str, Any]:
+    """One run against one target; the client's figures plus CPU, RSS and contention."""
+    gw, load = cores
     settle(t, 15 if t.kind == "peer" else 5)
     tree = t.tree()
     procstat.reset_peak_rss(tree)
@@ -133,19 +140,25 @@ def measure(
     r.pop("samples", None)
     w = r["window_s"] or 1e-9
     cpu = r["cpu_s"]
+    target = cpu.get("target")
     r["peak_rss_mb"] = procstat.peak_rss_mb(t.tree()) if tree else None
-    r["target_cpu_util"] = cpu["target"] / w if "target" in cpu else None
-    r["cpu_us_per_event"] = (
-        cpu["target"] / r["events"] * 1e6 if "target" in cpu and r["events"] else None
-    )
+    r["target_cpu_util"] = target / w if target is not None else None
+    r["cpu_us_per_event"] = target / r["events"] * 1e6 if target and r["events"] else None
     r["client_cpu_util"] = cpu["client"] / w
     r["backend_cpu_util"] = cpu["backend"] / w
-    ours = cpu["client"] + cpu["backend"] + cpu.get("target", 0.0)
-    r["others_cpu_util"] = max(0.0, cpu["machine"] - ours) / w if "machine" in cpu else None
-    n_load = len(load) if load else os.cpu_count() or 1
-    r["load_bound"] = (
-        r["client_cpu_util"] >= 0.85 * args.client_procs
-        or r["client_cpu_util"] + r["backend_cpu_util"] >= 0.9 * n_load
+    ours = cpu["client"] + cpu["backend"] + (target or 0.0)
+    r["others_cpu_util"] = max(0.0, cpu.get("machine", 0.0) - ours) / w
+
+    def busy(cs: set[int]) -> float:
+        return sum(cpu.get(f"core{i}", 0.0) for i in cs) / w
+
+    # saturated load cores: the figure is a lower bound of what the target can do
+    r["load_bound"] = r["client_cpu_util"] >= 0.85 * args.client_procs or (
+        bool(load) and busy(load or set()) >= 0.95 * len(load or ())
+    )
+    # other processes on the gateway cores: the figure may be low because of them
+    r["gateway_core_others"] = (
+        max(0.0, busy(gw) - (target or 0.0)) if gw and target is not None else None
     )
     return r
 
@@ -166,7 +179,8 @@ def smoke(
 
 
 def run_extra(script: Path, quick: bool, gw: set[int] | None, timeout: float) -> dict[str, Any]:
-    """Another engineer's micro-benchmark (bench_streamer.py, bench_tools.py), if present."""
+    """Another engineer's micro-benchmark (bench_streamer.py, bench_tools.py), if present:
+    its text output for the Markdown and, when it has `--json`, its JSON for the record."""
     if not script.exists():
         return {"status": "absent", "output": ""}
     env = {**os.environ, "PYTHONPATH": str(BENCH.parent)}
@@ -175,20 +189,30 @@ def run_extra(script: Path, quick: bool, gw: set[int] | None, timeout: float) ->
         if gw:
             os.sched_setaffinity(0, gw)
 
-    try:
-        helptext = subprocess.run(
-            [sys.executable, str(script), "--help"], capture_output=True, timeout=60, env=env
-        ).stdout.decode()
-        cmd = [sys.executable, str(script)]
-        if quick and "--quick" in helptext:
-            cmd.append("--quick")
-        out = subprocess.run(
-            cmd, capture_output=True, timeout=timeout, env=env, preexec_fn=pin, cwd=BENCH.parent
+    def call(*flags: str) -> subprocess.CompletedProcess[bytes]:
+        return subprocess.run(
+            [sys.executable, str(script), *flags],
+            capture_output=True,
+            timeout=timeout,
+            env=env,
+            preexec_fn=pin,
+            cwd=BENCH.parent,
         )
+
+    try:
+        helptext = call("--help").stdout.decode()
+        flags = ["--quick"] if quick and "--quick" in helptext else []
+        out = call(*flags)
+        as_json = call(*flags, "--json") if out.returncode == 0 and "--json" in helptext else None
     except subprocess.TimeoutExpired:
         return {"status": f"timed out after {timeout:.0f} s", "output": ""}
     text = out.stdout.decode() + (out.stderr.decode()[-2000:] if out.returncode else "")
-    return {"status": "ok" if out.returncode == 0 else f"exit {out.returncode}", "output": text}
+    result: dict[str, Any] = {"status": "ok" if out.returncode == 0 else f"exit {out.returncode}"}
+    result["output"] = text
+    if as_json is not None and as_json.returncode == 0:
+        with contextlib.suppress(json.JSONDecodeError):
+            result["json"] = json.loads(as_json.stdout)
+    return result
 
 
 def start_targets(
@@ -250,7 +274,7 @@ def main(argv: list[str] | None = None) -> int:
                         label = f"{t.name} {t.transport} N={n} c={c} run {rep + 1}/{runs}"
                         progress.show(label)
                         try:
-                            per_target[i].append(measure(t, c, args, backend, load))
+                            per_target[i].append(measure(t, c, args, backend, (gw, load)))
                         except (RuntimeError, subprocess.TimeoutExpired, KeyError) as exc:
                             print(f"\nbench: {label} failed: {exc}", file=sys.stderr)
                         progress.step(label)

@@ -203,5 +203,7 @@ async def follow(
                 "sequence_number": last + 1,
             }
             await reply.write(sse.encode(Event("error", orjson.dumps(error))))
+        except ConnectionResetError:  # the follower left; the turn itself goes on
+            return reply
     await reply.write_eof()
     return reply

@@ -764,7 +764,7 @@ def test_codex_shaped_request_end_to_end() -> None:
     probe = {
         "type": "namespace",
         "name": "mcp__probe",
-        "description": "Tools in mcp__probe.",
+        "description": "Tools in the mcp__probe namespace.",
         "tools": [
             {
                 "type": "function",

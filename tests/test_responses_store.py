@@ -16,7 +16,7 @@ import pytest
 import redis.asyncio as aioredis
 from harness import GatewayHarness
 from openai import AsyncOpenAI
-from redis_server import redis_marks
+from redis_server import RedisServer, redis_marks, requires_redis
 from redis_server import redis_server as redis_server  # the module-scoped fixture
 from scripted_backend import (
     DONE,
@@ -443,3 +443,22 @@ async def test_store_outage_spares_traffic_that_needs_no_store(
                 body = assert_error(raised.value, 503, "store_unavailable")
                 assert body["type"] == "server_error"
     assert len(gw.backend.requests) == 3
+
+
+@requires_redis
+async def test_store_dying_mid_turn_releases_backend_and_followers() -> None:
+    async with RedisServer() as server, GatewayHarness(store=server.url) as gw:
+        gw.backend.script([*text_chunks(["a"]), Sleep(0.5), *text_chunks(["b"], role=False), HANG])
+        async with AsyncOpenAI(base_url=gw.url, api_key="k", max_retries=0) as client:
+            created = await client.responses.create(model="m", input="hi", background=True)
+            await wait_status(client, created.id, {"in_progress"})
+            follower = await client.responses.retrieve(created.id, stream=True)
+            seen: list[str] = []
+            await asyncio.to_thread(server.stop)
+            async with asyncio.timeout(15):
+                with pytest.raises(openai.APIError, match="store became unavailable") as r:
+                    async for event in follower:
+                        seen.append(event.type); print("EV", event.to_dict())
+                # The turn could not log its next events: it stopped the backend request.
+                await gw.backend.records[-1].wait_disconnect(timeout=10)
+        assert seen[0] == "response.queued"

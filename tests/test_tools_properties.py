@@ -264,6 +264,6 @@ def test_namespace_descriptions_prefix_members_and_leave_names_alone(
         if ns is None:
             assert new.description == old.description
         else:
-            prefix = f"About {ns.strip()}."
+            prefix = f"About {ns}.".strip()
             tail = f"\n\n{old.description}" if old.description else ""
             assert new.description == prefix + tail

@@ -1,0 +1,267 @@
+"""Tests of the benchmark harness itself: `pytest bench/test_harness.py`.
+
+Real servers on loopback (the load backend, the raw relay, a small aiohttp Responses server
+standing in for a gateway), real clients; no timing assertions.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import random
+import sys
+import time
+from pathlib import Path
+
+import orjson
+import pytest
+from aiohttp import web
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import load_backend
+import procstat
+import raw_relay
+from load_client import SseSink, jobs, request_body
+from meter import Meter, judge, merge, meter_fields, summarize
+from sse_client import HttpStatusError, StreamConnection, build_request
+
+FLAT = "mcp__bench__lookup"
+
+
+def sse_events(n: int, m: int, name: str) -> bytes:
+    chunks = [b"data: " + orjson.dumps(c) + b"\n\n" for c in load_backend.chat_chunks(n, m, name)]
+    return b"".join(chunks) + b"data: [DONE]\n\n"
+
+
+class _Done:
+    def __init__(self) -> None:
+        self.set = False
+
+    def done(self) -> bool:
+        return self.set
+
+    def set_result(self, _: object) -> None:
+        self.set = True
+
+
+def _decode(parts: list[bytes]) -> tuple[bytes, bool]:
+    """Feed a chunked body to a connection in these reads: (body delivered, ended)."""
+    conn = StreamConnection()
+    got: list[bytes] = []
+    conn.on_body = got.append
+    conn._status, conn._in_body, conn._chunked = 200, True, True
+    conn.done = _Done()  # type: ignore[assignment]
+    for p in parts:
+        conn.data_received(p)
+    return b"".join(got), conn.done.set  # type: ignore[union-attr]
+
+
+def test_chunked_decoding_is_exact_at_every_read_boundary() -> None:
+    raw = load_backend.encode_stream(3, 2, "x")
+    body = raw[raw.find(b"\r\n\r\n") + 4 :]
+    want = sse_events(3, 2, "x")
+    for i in range(len(body) + 1):
+        assert _decode([body[:i], body[i:]]) == (want, True), i
+    rnd = random.Random(7)
+    for _ in range(500):
+        a, b, c = sorted(rnd.sample(range(len(body) + 1), 3))
+        assert _decode([body[:a], body[a:b], body[b:c], body[c:]]) == (want, True)
+    assert _decode([body[i : i + 1] for i in range(len(body))]) == (want, True)
+    assert _decode([body[:-1]]) == (want, False)  # the final CRLF has not come yet
+
+
+def test_backend_stream_calls_the_first_tool_and_joins_into_json() -> None:
+    chunks = load_backend.chat_chunks(5, 4, FLAT)
+    texts = [c["choices"][0]["delta"].get("content") for c in chunks if c["choices"]]
+    assert [t for t in texts if t] == [f"tok{i} " for i in range(5)]
+    calls = [
+        c["choices"][0]["delta"]["tool_calls"][0]
+        for c in chunks[1:-1]
+        if c["choices"] and "tool_calls" in c["choices"][0]["delta"]
+    ]
+    assert calls[0]["function"]["name"] == FLAT
+    assert len(calls) == 1 + 4
+    args = "".join(c["function"]["arguments"] for c in calls)
+    assert orjson.loads(args) == {"query": "abcd" * 2}
+    assert chunks[-2]["choices"][0]["finish_reason"] == "tool_calls"
+    assert chunks[-1]["usage"]["completion_tokens"] == 9
+    for m in (1, 2, 3):
+        assert isinstance(orjson.loads("".join(load_backend.argument_fragments(m))), dict)
+    chat_tools = {"tools": [{"type": "function", "function": {"name": "a__b"}}]}
+    assert load_backend.first_tool_name(chat_tools) == "a__b"
+    assert load_backend.first_tool_name({"tools": [{"type": "namespace", "name": "ns"}]}) == "ns"
+
+
+async def _post(port: int, path: str, body: bytes) -> bytes:
+    host, port, payload = build_request(f"http://127.0.0.1:{port}{path}", body, {})
+    conn = await StreamConnection.open(host, port)
+    got: list[bytes] = []
+    try:
+        await conn.request(payload, got.append)
+    finally:
+        conn.close()
+    return b"".join(got)
+
+
+async def test_raw_relay_returns_the_backend_stream_byte_for_byte() -> None:
+    backend = load_backend.Backend(n=40, m=7)
+    b_srv = await load_backend.start(backend)
+    b_port = b_srv.sockets[0].getsockname()[1]
+    r_srv = await raw_relay.start(f"http://127.0.0.1:{b_port}/v1")
+    r_port = r_srv.sockets[0].getsockname()[1]
+    try:
+        body = orjson.dumps(request_body("bench", ws=False))
+        direct = await _post(b_port, "/v1/chat/completions", body)
+        relayed = await _post(r_port, "/v1/responses", body)
+        assert relayed == direct == sse_events(40, 7, "mcp__bench")  # Responses-shaped tools
+        # many requests on one kept-alive relay connection, N changed in between
+        host, port, payload = build_request(f"http://127.0.0.1:{r_port}/v1/responses", body, {})
+        conn = await StreamConnection.open(host, port)
+        for n in (3, 0, 250):
+            backend.n = n
+            got: list[bytes] = []
+            await conn.request(payload, got.append)
+            assert b"".join(got) == sse_events(n, 7, "mcp__bench")
+        conn.close()
+        with pytest.raises(HttpStatusError):
+            host, port, payload = build_request(f"http://127.0.0.1:{b_port}/nope", b"", {})
+            conn = await StreamConnection.open(host, port)
+            await conn.request(payload, lambda d: None)
+    finally:
+        for srv in (r_srv, b_srv):
+            srv.close()
+            await srv.wait_closed()
+
+
+def _responses_stream(namespace: str | None) -> list[dict]:
+    call = {"type": "function_call", "name": "lookup", "arguments": '{"query":"x"}'}
+    if namespace:
+        call["namespace"] = namespace
+    out = [{"type": "response.created", "sequence_number": 0}]
+    out += [{"type": "response.output_text.delta", "delta": "hi", "sequence_number": 1}]
+    done = {"status": "completed", "output": [{"type": "message"}, call]}
+    out.append({"type": "response.completed", "sequence_number": 2, "response": done})
+    return out
+
+
+def test_judge_reads_the_terminal_event_even_before_a_done_sentinel() -> None:
+    ok, bad = _responses_stream("mcp__bench"), _responses_stream(None)
+    sse = b"".join(b"event: x\ndata: " + orjson.dumps(e) + b"\n\n" for e in ok)
+    assert judge(sse, "responses") == ("response.completed", "ok")
+    assert judge(sse + b"data: [DONE]\n\n", "responses") == ("response.completed", "ok")
+    assert judge(orjson.dumps(bad[-1]), "responses")[1] == "name='lookup' namespace=None"
+    failed = orjson.dumps({"type": "response.failed", "response": {}})
+    assert judge(failed, "responses") == ("response.failed", None)
+    assert judge(b"data: {}\n\ndata: [DONE]\n\n", "raw") == ("[DONE]", None)
+
+
+def test_sse_sink_counts_events_split_anywhere() -> None:
+    stream = b"".join(
+        b"data: " + orjson.dumps(e) + b"\n\n" for e in _responses_stream("mcp__bench")
+    )
+    for cut in range(1, len(stream)):
+        m = Meter("responses", 0.0, float("inf"))
+        sink = SseSink(m)
+        sink(stream[:cut])
+        sink(stream[cut:])
+        assert m.events == 3
+        assert sink.text is not None
+        m.done(sink.t_send, bytes(sink.pending))
+        assert (m.ok, m.ns_ok) == (1, 1), cut
+
+
+async def _fake_gateway(namespace: str | None) -> tuple[web.AppRunner, int]:
+    """A stand-in gateway: a canned Responses stream over SSE and WebSocket."""
+    events = _responses_stream(namespace)
+
+    async def post(request: web.Request) -> web.StreamResponse:
+        body = await request.json()
+        assert body["tools"][0]["type"] == "namespace"  # the namespace tool comes first
+        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await resp.prepare(request)
+        for e in events:
+            await resp.write(
+                b"event: " + e["type"].encode() + b"\ndata: " + orjson.dumps(e) + b"\n\n"
+            )
+        return resp
+
+    async def ws(request: web.Request) -> web.WebSocketResponse:
+        sock = web.WebSocketResponse()
+        await sock.prepare(request)
+        async for msg in sock:
+            assert orjson.loads(msg.data)["type"] == "response.create"
+            for e in events:
+                await sock.send_str(orjson.dumps(e).decode())
+        return sock
+
+    app = web.Application()
+    app.router.add_post("/v1/responses", post)
+    app.router.add_get("/v1/responses", ws)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    return runner, runner.addresses[0][1]
+
+
+@pytest.mark.parametrize("ws", [False, True])
+@pytest.mark.parametrize("namespace", ["mcp__bench", None])
+async def test_load_client_counts_and_checks_the_namespace(ws: bool, namespace: str | None) -> None:
+    from argparse import Namespace
+
+    import aiohttp
+
+    runner, port = await _fake_gateway(namespace)
+    try:
+        args = Namespace(
+            url=f"http://127.0.0.1:{port}",
+            path="/v1/responses",
+            model="bench",
+            ws=ws,
+            api_key="",
+            concurrency=3,
+        )
+        m = Meter("responses", 0.0, float("inf"))
+        async with aiohttp.ClientSession() as session:
+            await asyncio.wait_for(asyncio.gather(*jobs(args, session, m, [7])), 20)
+    finally:
+        await runner.cleanup()
+    r = summarize(
+        meter_fields(m) | {"window_s": 1.0, "events": m.events, "bytes": m.nbytes, "cpu_s": {}},
+        {"expect": "responses"},
+    )
+    assert r["requests"] == 7 and r["failures"] == 0
+    assert r["events"] == 7 * 3
+    assert r["namespace"] == ("yes" if namespace else "no")
+    assert r["latency_ms"]["p50"] is not None
+    both = merge([meter_fields(m) | {"window_s": 1.0, "events": 1, "bytes": 2, "cpu_s": {}}] * 2)
+    assert both["requests"] == 14 and len(both["samples"]["latency"]) == 14
+
+
+def test_procstat_sees_this_process() -> None:
+    me = os.getpid()
+    before = procstat.cpu_seconds([me])
+    t = time.process_time()
+    while time.process_time() - t < 0.2:
+        pass
+    assert procstat.cpu_seconds([me]) > before
+    assert me in procstat.tree(me)
+    blob = bytearray(64 * 1024 * 1024)
+    peak = procstat.peak_rss_mb([me])
+    assert peak >= 64
+    del blob
+    if procstat.reset_peak_rss([me]):
+        assert procstat.peak_rss_mb([me]) < peak
+    busy = procstat.busy_seconds()
+    assert busy["machine"] > 0 and "core0" in busy
+
+
+async def test_pids_listening_on_finds_the_server() -> None:
+    srv = await load_backend.start(load_backend.Backend())
+    try:
+        port = srv.sockets[0].getsockname()[1]
+        assert procstat.pids_listening_on(port) == [os.getpid()]
+    finally:
+        srv.close()
+        await srv.wait_closed()
