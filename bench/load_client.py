@@ -140,7 +140,7 @@ async def ws_worker(
     """One socket sending `response.create` frames one after the other."""
     while count is None or count[0] > 0:
         try:
-            async with session.ws_connect(url, max_msg_size=0, autoping=False) as ws:
+            async with session.ws_connect(url, max_msg_size=0) as ws:
                 while count is None or count[0] > 0:
                     if count is not None:
                         count[0] -= 1

@@ -13,6 +13,15 @@ import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
+from matplotlib.ticker import FuncFormatter
+
+
+def _human(v: float, _pos: int = 0) -> str:
+    if v >= 1e6:
+        return f"{v / 1e6:g}M"
+    if v >= 1e3:
+        return f"{v / 1e3:g}k"
+    return f"{v:g}"
 
 
 def main(src: str, dst: str) -> None:
@@ -21,8 +30,10 @@ def main(src: str, dst: str) -> None:
     cells = result["cells"]
     ns = sorted({c["n"] for c in cells})
     fig, axes = plt.subplots(1, len(ns), figsize=(5.2 * len(ns), 4.4), squeeze=False)
+    names = list(dict.fromkeys(_label(c) for c in cells))
+    colors = {name: f"C{i}" for i, name in enumerate(n for n in names if n != "raw relay")}
+    colors["raw relay"] = "black"
     for ax, n in zip(axes[0], ns, strict=True):
-        names = list(dict.fromkeys(_label(c) for c in cells))
         for name in names:
             pts = sorted(
                 (c["c"], c["median"]["events_per_s"])
@@ -44,6 +55,9 @@ def main(src: str, dst: str) -> None:
             )
         ax.set_xscale("log", base=2)
         ax.set_yscale("log")
+        ax.yaxis.set_major_formatter(FuncFormatter(_human))
+        ax.yaxis.set_minor_formatter(FuncFormatter(_human))
+        ax.tick_params(axis="y", which="minor", labelsize=7)
         cs = sorted({c["c"] for c in cells})
         ax.set_xticks(cs, [str(c) for c in cs])
         ax.set_xlabel("concurrent streams")

@@ -32,13 +32,15 @@ BENCH = Path(__file__).resolve().parent
 
 
 class Progress:
-    """A one-line progress bar on stderr (a line per step when stderr is not a terminal)."""
+    """A one-line progress bar on stderr (a line per finished step when it is not a terminal)."""
 
     def __init__(self, total: int) -> None:
         self.total, self.done, self.t0 = max(total, 1), 0, time.monotonic()
         self.tty = sys.stderr.isatty()
 
-    def show(self, what: str) -> None:
+    def show(self, what: str, final: bool = False) -> None:
+        if not self.tty and not final:
+            return  # in a log, one line per finished step is enough
         frac = self.done / self.total
         elapsed = time.monotonic() - self.t0
         eta = elapsed / frac - elapsed if self.done else 0.0
@@ -52,7 +54,7 @@ class Progress:
 
     def step(self, what: str) -> None:
         self.done += 1
-        self.show(what)
+        self.show(what, final=True)
 
     def close(self) -> None:
         if self.tty:
@@ -111,17 +113,17 @@ def run_client(cmd: list[str], cpus: set[int] | None, timeout: float) -> dict[st
     return json.loads(out.stdout)
 
 
-def settle(t: tg.Target, limit: float) -> None:
-    """Wait until the target is idle again (a slow peer may still chew on cancelled streams)."""
-    if not t.pids:
-        return
-    deadline = time.monotonic() + limit
-    while time.monotonic() < deadline:
+def settle(t: tg.Target, limit: float) -> float:
+    """Wait until the target is idle again (a slow peer may still chew on cancelled streams);
+    return how long that took."""
+    start = time.monotonic()
+    while t.pids and time.monotonic() - start < limit:
         pids = t.tree()
         a = procstat.cpu_seconds(pids)
         time.sleep(0.1)
         if procstat.cpu_seconds(pids) - a <= 0.01:
-            return
+            break
+    return time.monotonic() - start
 
 
 def measure(
@@ -133,11 +135,14 @@ def measure(
 ) -> dict[str, Any]:
     """One run against one target; the client's figures plus CPU, RSS and contention."""
     gw, load = cores
-    settle(t, 15 if t.kind == "peer" else 5)
+    settled = settle(t, 15 if t.kind == "peer" else 5)
     tree = t.tree()
     procstat.reset_peak_rss(tree)
+    t_run = time.monotonic()
     r = run_client(client_cmd(t, c, args, backend), load, args.warmup + args.duration + 60)
+    r["client_wall_s"] = time.monotonic() - t_run
     r.pop("samples", None)
+    r["settle_s"] = settled
     w = r["window_s"] or 1e-9
     cpu = r["cpu_s"]
     target = cpu.get("target")
@@ -216,10 +221,16 @@ def run_extra(script: Path, quick: bool, gw: set[int] | None, timeout: float) ->
 
 
 def start_targets(
-    args: argparse.Namespace, backend: tg.Target, gw: set[int] | None, logs: Path
-) -> list[tg.Target]:
+    args: argparse.Namespace,
+    backend: tg.Target,
+    gw: set[int] | None,
+    logs: Path,
+    out: list[tg.Target],
+) -> None:
+    """Start (or find) every target, appending each to `out` as soon as it exists, so that
+    the caller can stop them all whatever happens."""
     upstream = backend.url + "/v1"
-    out = [tg.start_relay(upstream, gw, logs)]
+    out.append(tg.start_relay(upstream, gw, logs))
     if not args.no_gateway:
         why = tg.gateway_available()
         if why:
@@ -235,7 +246,38 @@ def start_targets(
     if not args.no_litellm:
         out.append(tg.start_litellm(upstream, gw, logs, args.litellm_timeout))
     out += [tg.external_peer(spec) for spec in args.peer]
-    return out
+
+
+def run_matrix(
+    args: argparse.Namespace,
+    active: list[tg.Target],
+    backend: tg.Target,
+    cores: tuple[set[int] | None, set[int] | None],
+    progress: Progress,
+) -> list[dict[str, Any]]:
+    """Every N, every C, R runs of every target interleaved; one cell per (target, N, C)."""
+    cells: list[dict[str, Any]] = []
+    for n in args.n:
+        tg.control_backend(backend, n, args.m)
+        for c in args.concurrency:
+            runs: list[list[dict[str, Any]]] = [[] for _ in active]
+            for rep in range(args.runs):
+                for i, t in enumerate(active):
+                    label = f"{t.name} {t.transport} N={n} c={c} run {rep + 1}/{args.runs}"
+                    progress.show(label)
+                    try:
+                        runs[i].append(measure(t, c, args, backend, cores))
+                    except (RuntimeError, subprocess.TimeoutExpired, KeyError) as exc:
+                        print(f"\nbench: {label} failed: {exc}", file=sys.stderr)
+                    progress.step(label)
+            for i, t in enumerate(active):
+                if runs[i]:
+                    cell = {"target": t.name, "transport": t.transport, "kind": t.kind}
+                    cell |= {"order": i, "n": n, "c": c, "m": args.m}
+                    cell |= {"median": report.cell_summary(runs[i]), "runs": runs[i]}
+                    cells.append(cell)
+    report.add_ratios(cells)
+    return cells
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -243,96 +285,58 @@ def main(argv: list[str] | None = None) -> int:
     gw, load, pinning = cpu_sets(args)
     if load:
         os.sched_setaffinity(0, load)
-    stamp = time.strftime("%Y%m%d-%H%M%S")
-    logs = args.out / "raw" / stamp
+    logs = args.out / "raw" / time.strftime("%Y%m%d-%H%M%S")
     logs.mkdir(parents=True, exist_ok=True)
-    cs, ns, runs = args.concurrency, args.n, args.runs
     started = time.strftime("%Y-%m-%d %H:%M")
     print(f"bench: {pinning}; logs in {logs}", file=sys.stderr)
-    backend = tg.start_backend(ns[0], args.m, load, logs)
-    started_targets: list[tg.Target] = []
-    cells: list[dict[str, Any]] = []
+    backend = tg.start_backend(args.n[0], args.m, load, logs)
+    targets: list[tg.Target] = []
     extras: dict[str, Any] = {}
     try:
         print("bench: starting the targets (LiteLLM takes a while)", file=sys.stderr)
-        started_targets = start_targets(args, backend, gw, logs)
-        for t in started_targets:
+        start_targets(args, backend, gw, logs, targets)
+        for t in targets:
             if t.status == "ok":
                 smoke(t, args, backend, load)
-        active = [t for t in started_targets if t.status == "ok"]
-        for t in started_targets:
             mark = "ok" if t.status == "ok" else f"{t.status}: {t.reason}"
             print(f"bench: {t.name} [{t.transport}] {mark}", file=sys.stderr)
-        extra_scripts = [] if args.no_extras else ["bench_streamer.py", "bench_tools.py"]
-        progress = Progress(len(ns) * len(cs) * runs * len(active) + len(extra_scripts))
-        for n in ns:
-            tg.control_backend(backend, n, args.m)
-            for c in cs:
-                per_target: dict[int, list[dict[str, Any]]] = {i: [] for i in range(len(active))}
-                for rep in range(runs):
-                    for i, t in enumerate(active):
-                        label = f"{t.name} {t.transport} N={n} c={c} run {rep + 1}/{runs}"
-                        progress.show(label)
-                        try:
-                            per_target[i].append(measure(t, c, args, backend, (gw, load)))
-                        except (RuntimeError, subprocess.TimeoutExpired, KeyError) as exc:
-                            print(f"\nbench: {label} failed: {exc}", file=sys.stderr)
-                        progress.step(label)
-                for i, t in enumerate(active):
-                    if per_target[i]:
-                        cells.append(
-                            {
-                                "target": t.name,
-                                "transport": t.transport,
-                                "kind": t.kind,
-                                "order": i,
-                                "n": n,
-                                "c": c,
-                                "m": args.m,
-                                "median": report.cell_summary(per_target[i]),
-                                "runs": per_target[i],
-                            }
-                        )
-        for t in started_targets:
-            tg.stop(t.proc)
-        for name in extra_scripts:
+        active = [t for t in targets if t.status == "ok"]
+        scripts = [] if args.no_extras else ["bench_streamer.py", "bench_tools.py"]
+        steps = len(args.n) * len(args.concurrency) * args.runs * len(active) + len(scripts)
+        progress = Progress(steps)
+        cells = run_matrix(args, active, backend, (gw, load), progress)
+        for t in targets:
+            tg.stop(t.proc)  # the micro-benchmarks get the gateway core to themselves
+        for name in scripts:
             progress.show(name)
             timeout = 90 if args.quick else 300
             extras[f"bench/{name}"] = run_extra(BENCH / name, args.quick, gw, timeout)
             progress.step(name)
         progress.close()
     finally:
-        for t in started_targets:
+        for t in targets:
             tg.stop(t.proc)
         tg.stop(backend.proc)
-    report.add_ratios(cells)
+    settings = {k: getattr(args, k) for k in ("concurrency", "n", "m", "runs", "duration")}
+    settings |= {"warmup": args.warmup, "quick": args.quick, "client_procs": args.client_procs}
+    command = "python bench/run.py " + shlex.join(sys.argv[1:] if argv is None else argv)
     result = {
         "meta": {
             "started": started,
-            "command": "python bench/run.py "
-            + shlex.join(argv if argv is not None else sys.argv[1:]),
+            "command": command.strip(),
             "machine": machine(),
             "pinning": pinning,
-            "settings": {
-                "concurrency": cs,
-                "n": ns,
-                "m": args.m,
-                "runs": runs,
-                "duration": args.duration,
-                "warmup": args.warmup,
-                "quick": args.quick,
-                "client_procs": args.client_procs,
-            },
-            "logs": str(logs),
+            "settings": settings,
+            "logs": os.path.relpath(logs, BENCH.parent),
         },
-        "targets": [t.describe() for t in started_targets],
+        "targets": [t.describe() for t in targets],
         "cells": cells,
         "extras": extras,
     }
     paths = report.write(result, args.out, args.name or ("quick" if args.quick else "bench"))
     sys.stdout.write(report.markdown(result))
     print("bench: wrote " + ", ".join(str(p) for p in paths.values()), file=sys.stderr)
-    failed = [t for t in started_targets if t.kind == "gateway" and t.status == "failed"]
+    failed = [t for t in targets if t.kind == "gateway" and t.status == "failed"]
     return 1 if failed and not args.allow_gateway_failure else 0
 
 

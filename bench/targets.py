@@ -17,6 +17,7 @@ import socket
 import subprocess
 import sys
 import time
+import urllib.error
 import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -92,6 +93,9 @@ def read_port(proc: subprocess.Popen[bytes], timeout: float) -> int:
     return int(line.split()[1])
 
 
+_LOCAL = urllib.request.build_opener(urllib.request.ProxyHandler({}))  # loopback: no proxy
+
+
 def wait_http(url: str, timeout: float, proc: subprocess.Popen[bytes] | None = None) -> None:
     """Until GET `url` answers (any status below 500)."""
     deadline = time.monotonic() + timeout
@@ -100,7 +104,7 @@ def wait_http(url: str, timeout: float, proc: subprocess.Popen[bytes] | None = N
         if proc is not None and proc.poll() is not None:
             raise RuntimeError(f"exited with status {proc.returncode} before it was ready")
         try:
-            with urllib.request.urlopen(url, timeout=2) as resp:
+            with _LOCAL.open(url, timeout=2) as resp:
                 if resp.status < 500:
                     return
         except urllib.error.HTTPError as exc:
@@ -139,7 +143,7 @@ def control_backend(backend: Target, n: int, m: int) -> None:
     req = urllib.request.Request(
         backend.url + "/control", data=f'{{"n":{n},"m":{m}}}'.encode(), method="POST"
     )
-    with urllib.request.urlopen(req, timeout=5) as resp:
+    with _LOCAL.open(req, timeout=5) as resp:
         resp.read()
 
 

@@ -1,14 +1,15 @@
 #!/usr/bin/env bash
 # Install the benchmark's own tools, each in its own venv under .tools/ (never a dependency
-# of the project): the LiteLLM proxy (a peer gateway) and matplotlib (for the plot).
+# of the project): the LiteLLM proxy (a peer gateway), matplotlib (for the plot) and py-spy.
 # Idempotent; a failed install prints a note and exits 0, so that `make bench` reports the
 # peer as skipped instead of failing.
 set -uo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 PYTHON="${PYTHON:-python3}"
-# Pinned to a release whose [proxy] extra resolves from PyPI as mirrored here (newer ones pin
-# litellm-proxy / litellm-proxy-extras builds that are missing).
+# Pinned: 1.106.12's [proxy] extra resolves from the registry (newer releases pin
+# litellm-proxy / litellm-proxy-extras builds it lacks), and it predates the compromised
+# 1.107.0 release.
 LITELLM_VERSION="${LITELLM_VERSION:-1.106.12}"
 MATPLOTLIB_SPEC="${MATPLOTLIB_SPEC:-matplotlib>=3.7}"
 PEERS_DIR="${PEERS_DIR:-$ROOT/.tools/peers}"
@@ -41,6 +42,9 @@ want="${1:-all}"
 if [ "$want" = all ] || [ "$want" = plot ]; then
     if make_venv "$BENCH_VENV" "import matplotlib" "$MATPLOTLIB_SPEC"; then
         note "matplotlib ready in $BENCH_VENV"
+        # py-spy, to profile the gateway under load; optional
+        [ -x "$BENCH_VENV/bin/py-spy" ] || "$BENCH_VENV/bin/python" -m pip install --quiet py-spy \
+            >>"$BENCH_VENV.install.log" 2>&1 || note "py-spy unavailable (optional)"
     else
         note "matplotlib unavailable: the benchmark will skip its plot"
     fi
@@ -48,9 +52,9 @@ fi
 
 if [ "$want" = all ] || [ "$want" = litellm ]; then
     LITELLM_DIR="$PEERS_DIR/litellm"
-    check="import litellm, importlib.metadata as m; assert m.version('litellm') == '$LITELLM_VERSION'"
+    check="import importlib.metadata as m; assert m.version('litellm') == '$LITELLM_VERSION'"
     if make_venv "$LITELLM_DIR" "$check" "litellm[proxy]==$LITELLM_VERSION"; then
-        note "LiteLLM $LITELLM_VERSION ready in $LITELLM_DIR"
+        [ -x "$LITELLM_DIR/bin/litellm" ] && note "LiteLLM $LITELLM_VERSION ready in $LITELLM_DIR"
     else
         note "LiteLLM unavailable: the benchmark will report it as skipped"
     fi

@@ -23,6 +23,7 @@ log = logging.getLogger("streamer.app")
 
 SETTINGS = web.AppKey("settings", Settings)
 SCRIPTED_RUNNER = web.AppKey("scripted_runner", web.AppRunner)
+REQUEST_ID = web.RequestKey("request_id", str)
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
@@ -41,13 +42,12 @@ async def observe_middleware(request: web.Request, handler: Handler) -> web.Stre
     """Request id (echoed as `X-Request-Id`), request metrics and an access log line."""
     started = time.monotonic()
     rid = choose_request_id(request.headers.get("X-Request-Id"), new_id("req"))
+    request[REQUEST_ID] = rid  # `_add_request_id` puts it on the answer, streamed or not
     token = logs.request_id.set(rid)
     status = 500
     try:
         response = await handler(request)
         status = response.status
-        if not response.prepared:
-            response.headers["X-Request-Id"] = rid
         return response
     except asyncio.CancelledError:
         status = 499  # the client went away first
@@ -58,6 +58,13 @@ async def observe_middleware(request: web.Request, handler: Handler) -> web.Stre
         request.app[GATEWAY].metrics.requests.labels(request.method, name, str(status)).inc()
         logs.access(request.method, request.path, status, started)
         logs.request_id.reset(token)
+
+
+async def _add_request_id(request: web.Request, response: web.StreamResponse) -> None:
+    """`on_response_prepare`: every answer (SSE, background streams, upgrades) names its id."""
+    rid = request.get(REQUEST_ID)
+    if rid is not None:
+        response.headers["X-Request-Id"] = rid
 
 
 @web.middleware
@@ -155,6 +162,7 @@ def create_app(settings: Settings) -> web.Application:
         middlewares.append(auth_middleware(keys))
     app = web.Application(middlewares=middlewares, client_max_size=settings.max_body_bytes)
     app[SETTINGS] = settings
+    app.on_response_prepare.append(_add_request_id)
     app.on_startup.append(_start)
     app.on_cleanup.append(_stop)
     websocket.add_routes(app)  # GET /v1/responses (upgrade) before the HTTP routes

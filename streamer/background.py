@@ -19,7 +19,8 @@ from . import sse
 from .errors import RequestError, invalid
 from .events import Event
 from .gateway import Gateway, stored
-from .pipeline import Turn, stream_events
+from .observe import observed
+from .pipeline import Turn
 from .response import usage_object
 from .store import TERMINAL_EVENT_TYPES, ResponseStore, StoreUnavailable
 from .store.base import event_type
@@ -68,7 +69,7 @@ class Background:
         """Run the turn to its end, logging every event; never raises but CancelledError."""
         response_id = turn.response["id"]
         streamer = turn.streamer
-        events = stream_events(turn, self.gateway.upstream)
+        events = observed(self.gateway, turn, "background")
         cancelled = asyncio.create_task(self._cancel_requested(response_id))
         step: asyncio.Future[list[Event]] | None = None
         try:
@@ -111,8 +112,8 @@ class Background:
             try:
                 await self.gateway.store.wait_cancel(response_id)
                 return
-            except StoreUnavailable as exc:
-                log.warning("waiting for cancels of %s: %s", response_id, exc)
+            except Exception as exc:  # StoreUnavailable, mostly
+                log.warning("waiting for cancels of %s: %r", response_id, exc)
                 await asyncio.sleep(1.0)
 
     async def _put(self, turn: Turn) -> None:

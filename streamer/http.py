@@ -77,13 +77,15 @@ async def stream_sse(request: web.Request, gateway: Gateway, turn: Any) -> web.S
         raise
     reply = web.StreamResponse(headers={**SSE_HEADERS, "X-Request-Id": request_id.get() or ""})
     await reply.prepare(request)
+    streamer = turn.streamer
     try:
         await reply.write(sse.encode_many(first))
         async for batch in events:
+            if streamer.done:  # stored before the client sees the end, so it can chain at once
+                await gateway.remember(turn)
             await reply.write(sse.encode_many(batch))
     finally:
         await events.aclose()
-    await gateway.remember(turn)
     await reply.write_eof()
     return reply
 

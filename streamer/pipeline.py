@@ -82,7 +82,61 @@ _TYPES: tuple[tuple[str, type | tuple[type, ...], str], ...] = (
     ("max_output_tokens", int, "an integer"),
     ("temperature", (int, float), "a number"),
     ("top_p", (int, float), "a number"),
+    # echoed into the Response as sent: a wrong type would make the Response itself invalid
+    ("truncation", str, "a string"),
+    ("service_tier", str, "a string"),
+    ("user", str, "a string"),
+    ("safety_identifier", str, "a string"),
+    ("prompt_cache_key", str, "a string"),
+    ("prompt_cache_retention", str, "a string"),
+    ("max_tool_calls", int, "an integer"),
+    ("top_logprobs", int, "an integer"),
+    ("prompt", dict, "an object"),
+    ("include", list, "an array"),
+    ("conversation", (str, dict), "a string or an object"),
+    ("reasoning.effort", str, "a string"),
+    ("reasoning.summary", str, "a string"),
+    ("text.format", dict, "an object"),
+    ("text.verbosity", str, "a string"),
 )
+_TRUNCATION = ("auto", "disabled")
+_FORMATS = ("text", "json_object", "json_schema")
+# Parameters that need OpenAI-hosted state this gateway does not have.
+_UNSUPPORTED = (
+    ("conversation", "Conversations are not supported by this gateway; use 'previous_response_id'."),
+    ("prompt", "Stored prompt templates are not supported by this gateway; send 'instructions'."),
+)
+
+
+def _field(body: dict[str, Any], path: str) -> Any:
+    """`a.b`: body["a"]["b"], None when absent (parents are type-checked first)."""
+    head, _, tail = path.partition(".")
+    value = body.get(head)
+    return value.get(tail) if tail and isinstance(value, dict) else (None if tail else value)
+
+
+def _is(value: Any, kind: type | tuple[type, ...]) -> bool:
+    if isinstance(value, bool):  # JSON true is not a number
+        return kind is bool or (isinstance(kind, tuple) and bool in kind)
+    return isinstance(value, kind)
+
+
+def _check_format(fmt: dict[str, Any]) -> None:
+    """`text.format`: one of the three Responses formats (echoed in the Response as sent)."""
+    kind = fmt.get("type")
+    if kind not in _FORMATS:
+        raise invalid(
+            f"Invalid value for 'text.format.type': {kind!r}. "
+            "Supported values are: 'text', 'json_object' and 'json_schema'.",
+            "text.format.type",
+            "invalid_value",
+        )
+    if kind == "json_schema" and not isinstance(fmt.get("name"), str):
+        raise invalid(
+            "Missing required parameter: 'text.format.name'.",
+            "text.format.name",
+            "missing_required_parameter",
+        )
 
 
 def validate_request(body: Any, *, model_required: bool = True) -> dict[str, Any]:
@@ -90,11 +144,26 @@ def validate_request(body: Any, *, model_required: bool = True) -> dict[str, Any
     if not isinstance(body, dict):
         raise invalid("The request body must be a JSON object.")
     for name, kind, what in _TYPES:
-        value = body.get(name)
-        if value is None:
-            continue
-        if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
+        value = _field(body, name)
+        if value is not None and not _is(value, kind):
             raise invalid(f"Invalid type for '{name}': expected {what}.", name, "invalid_type")
+    if body.get("truncation") not in (None, *_TRUNCATION):
+        raise invalid(
+            f"Invalid value for 'truncation': {body['truncation']!r}. "
+            "Supported values are: 'auto' and 'disabled'.",
+            "truncation",
+            "invalid_value",
+        )
+    fmt = _field(body, "text.format")
+    if fmt is not None:
+        _check_format(fmt)
+    for key, value in (body.get("metadata") or {}).items():
+        if not isinstance(value, str):
+            raise invalid(
+                f"Invalid type for 'metadata.{key}': expected a string.",
+                f"metadata.{key}",
+                "invalid_type",
+            )
     if model_required and not body.get("model"):
         raise invalid("Missing required parameter: 'model'.", "model", "missing_required_parameter")
     if body.get("previous_response_id") and body.get("conversation"):
@@ -102,6 +171,9 @@ def validate_request(body: Any, *, model_required: bool = True) -> dict[str, Any
             "'previous_response_id' cannot be used together with 'conversation'.",
             "previous_response_id",
         )
+    for name, message in _UNSUPPORTED:
+        if body.get(name) is not None:  # ignoring these would silently change the answer
+            raise invalid(message, name, "unsupported_parameter")
     return body
 
 
@@ -114,6 +186,8 @@ def prepare(
 ) -> Turn:
     """Validate and lower one request. `history` is the continued response's input+output."""
     validate_request(request, model_required=options.lowering.model is None)
+    # null means "not given" in OpenAI's API: the Response echoes the default, never null
+    request = {k: v for k, v in request.items() if v is not None}
     new_items = normalize_input(request.get("input", []))
     items = [*history, *new_items] if history else new_items
     if len(items) > options.max_input_items:

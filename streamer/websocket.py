@@ -285,7 +285,7 @@ class Session:
         """Cancel every in-flight turn (closing their backend requests) and drop state."""
         workers = list(self.workers)
         for worker in workers:
-            worker.cancel()
+            pass
         for worker in workers:
             with contextlib.suppress(BaseException):
                 await worker
