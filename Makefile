@@ -39,6 +39,15 @@ codex:
 redis:
 	command -v redis-server >/dev/null || (apt-get update -qq && apt-get install -y -qq redis-server)
 
+## The benchmark suite: the gateway against the raw relay and the peers (bench/README.md).
+bench: $(STAMP)
+	bash scripts/install-peers.sh
+	$(BIN)/python bench/run.py $(BENCH_ARGS)
+
+bench-quick: $(STAMP)
+	bash scripts/install-peers.sh
+	$(BIN)/python bench/run.py --quick $(BENCH_ARGS)
+
 ## Long variants of the fault/load tests and of the property-based fuzzing.
 soak: $(STAMP)
 	$(BIN)/pytest -q -m slow -k "soak or load" tests

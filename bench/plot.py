@@ -13,7 +13,7 @@ import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
-from matplotlib.ticker import FuncFormatter
+from matplotlib.ticker import FuncFormatter, NullFormatter
 
 
 def _human(v: float, _pos: int = 0) -> str:
@@ -56,8 +56,12 @@ def main(src: str, dst: str) -> None:
         ax.set_xscale("log", base=2)
         ax.set_yscale("log")
         ax.yaxis.set_major_formatter(FuncFormatter(_human))
-        ax.yaxis.set_minor_formatter(FuncFormatter(_human))
-        ax.tick_params(axis="y", which="minor", labelsize=7)
+        lo, hi = ax.get_ylim()
+        if hi / lo <= 20:  # label the minor ticks only when there are few decades
+            ax.yaxis.set_minor_formatter(FuncFormatter(_human))
+            ax.tick_params(axis="y", which="minor", labelsize=7)
+        else:
+            ax.yaxis.set_minor_formatter(NullFormatter())
         cs = sorted({c["c"] for c in cells})
         ax.set_xticks(cs, [str(c) for c in cs])
         ax.set_xlabel("concurrent streams")

@@ -63,6 +63,7 @@ def cell_summary(runs: list[dict[str, Any]]) -> dict[str, Any]:
         for k, v in r["namespace_bad"].items():
             bad[k] = bad.get(k, 0) + v
     out["namespace_bad"] = bad
+    out["requests_estimated"] = any(r.get("requests_estimated") for r in runs)
     out["load_bound"] = any(r.get("load_bound") for r in runs)
     out["contended"] = any((r.get("gateway_core_others") or 0) >= 0.1 for r in runs)
     return out
@@ -85,6 +86,11 @@ def _fmt(x: float | None, digits: int = 0) -> str:
     if digits == 0:
         return f"{x:,.0f}"
     return f"{x:,.{digits}f}"
+
+
+def _req(median: dict[str, Any], digits: int) -> str:
+    text = _fmt(median.get("requests_per_s"), digits)
+    return "≈" + text if median.get("requests_estimated") else text
 
 
 def _ms(x: float | None) -> str:
@@ -135,7 +141,7 @@ def markdown(result: dict[str, Any]) -> str:
             verdict = "no" if "no" in verdicts else "yes" if "yes" in verdicts else "n/a"
             lines.append(
                 f"| {name} | "
-                + " / ".join(_fmt(row.get(c, {}).get("requests_per_s")) for c in cs)
+                + " / ".join(_req(row.get(c, {}), 0) for c in cs)
                 + f" | {_fmt(last.get('events_per_s'))} | {_ratio(last.get('ratio'))}"
                 + f" | {_ms(first.get('first_text_ms.p50'))} | {_fmt(last.get('peak_rss_mb'), 1)}"
                 + f" | {verdict} |"
@@ -155,7 +161,7 @@ def markdown(result: dict[str, Any]) -> str:
         cpu = m["target_cpu_util"]
         lines.append(
             f"| {cell['n']} | {cell['c']} | {label(cell)} | {_fmt(m['events_per_s'])}{flag}"
-            f" | {_fmt(m['requests_per_s'], 1)} | {_ms(m['ttfb_ms.p50'])} / {_ms(m['ttfb_ms.p99'])}"
+            f" | {_req(m, 1)} | {_ms(m['ttfb_ms.p50'])} / {_ms(m['ttfb_ms.p99'])}"
             f" | {_ms(m['first_text_ms.p50'])} | {_ms(m['latency_ms.p50'])} / "
             f"{_ms(m['latency_ms.p99'])} | {_fmt(cpu * 100 if cpu is not None else None)}"
             f" | {_fmt(m['cpu_us_per_event'], 1)} | {_fmt(m['peak_rss_mb'], 1)}"
@@ -164,9 +170,12 @@ def markdown(result: dict[str, Any]) -> str:
     lines += [
         "",
         "⚑: the load core(s) were saturated during a run (by the client and backend, or by "
-        "other processes), so this figure is a lower bound of what the target can do. ‡: other processes on the machine took 10% or more of the "
-        "gateway core during a run, so this figure may be low. Events are what the client "
-        "received: Responses events for the gateways, Chat chunks for the raw relay.",
+        "other processes), so this figure is a lower bound of what the target can do. "
+        "‡: other processes on the machine took 10% or more of the gateway core during a run, "
+        "so this figure may be low. ≈: fewer requests ended in the window than there are "
+        "streams, so requests/s is events/s divided by the events of one response. "
+        "Events are what the client received: Responses events for the gateways, Chat chunks "
+        "for the raw relay.",
         "",
         "## Targets",
         "",

@@ -41,6 +41,7 @@ class Target:
     reason: str = ""
     version: str = ""
     api_key: str = ""  # sent as a Bearer token by the load client
+    extra_events: float | None = None  # events per response beyond N + M (from the smoke test)
     proc: subprocess.Popen[bytes] | None = None
 
     def tree(self) -> list[int]:
@@ -293,7 +294,7 @@ def external_peer(spec: str) -> Target:
     url = url.rstrip("/")
     if url.endswith("/v1"):
         url = url[:-3]
-    target = Target(name or url, "peer", url)
+    target = Target(name or url, "peer", url, version="already running; not pinned by the bench")
     port = int(url.rsplit(":", 1)[1].split("/")[0]) if url.count(":") >= 2 else 80
     target.pids = procstat.pids_listening_on(port)
     if not target.pids:
