@@ -78,12 +78,17 @@ async def errors_middleware(request: web.Request, handler: Handler) -> web.Strea
         return _error(exc)
     except StoreUnavailable as exc:
         return _error(
-            RequestError(f"The response store is unavailable: {exc}", status=503,
-                         type="server_error", code="store_unavailable")
+            RequestError(
+                f"The response store is unavailable: {exc}",
+                status=503,
+                type="server_error",
+                code="store_unavailable",
+            )
         )
     except web.HTTPRequestEntityTooLarge:
-        return _error(RequestError("The request body is too large.", status=413,
-                                   code="request_too_large"))
+        return _error(
+            RequestError("The request body is too large.", status=413, code="request_too_large")
+        )
     except web.HTTPException as exc:
         if exc.status < 400:
             raise
@@ -93,8 +98,14 @@ async def errors_middleware(request: web.Request, handler: Handler) -> web.Strea
         raise
     except Exception:
         log.exception("unhandled error on %s %s", request.method, request.path)
-        return _error(RequestError("The gateway had an internal error.", status=500,
-                                   type="server_error", code="server_error"))
+        return _error(
+            RequestError(
+                "The gateway had an internal error.",
+                status=500,
+                type="server_error",
+                code="server_error",
+            )
+        )
 
 
 def auth_middleware(keys: frozenset[str]) -> Callable[..., Awaitable[web.StreamResponse]]:

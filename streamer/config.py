@@ -32,38 +32,94 @@ def _bool(text: str) -> bool:
 
 
 SETTINGS: tuple[Setting, ...] = (
-    Setting("--upstream", "upstream", None,
-            "Chat Completions base URL, as given to the OpenAI SDK (http://host:8000/v1). "
-            "Unset: the embedded scripted model."),
+    Setting(
+        "--upstream",
+        "upstream",
+        None,
+        "Chat Completions base URL, as given to the OpenAI SDK (http://host:8000/v1). "
+        "Unset: the embedded scripted model.",
+    ),
     Setting("--host", "host", "127.0.0.1", "Address to bind."),
     Setting("--port", "port", 8080, "Port to bind.", int),
     Setting("--upstream-api-key", "upstream_api_key", None, "Bearer key sent to the backend."),
-    Setting("--forward-authorization", "forward_authorization", False,
-            "Send the client's Authorization header to the backend instead.", _bool),
+    Setting(
+        "--forward-authorization",
+        "forward_authorization",
+        False,
+        "Send the client's Authorization header to the backend instead.",
+        _bool,
+    ),
     Setting("--api-key", "api_keys", (), "Key clients must present (repeatable).", str, True),
     Setting("--api-key-file", "api_key_file", None, "File with one client key per line."),
-    Setting("--model", "model", None, "Backend model name; the client's model passes through if unset."),
-    Setting("--tool-name-style", "tool_name_style", "codex",
-            "Flat name style: codex, double-underscore, llamacpp, dotted."),
+    Setting(
+        "--model", "model", None, "Backend model name; the client's model passes through if unset."
+    ),
+    Setting(
+        "--tool-name-style",
+        "tool_name_style",
+        "codex",
+        "Flat name style: codex, double-underscore, llamacpp, dotted.",
+    ),
     Setting("--max-tool-name-length", "max_tool_name_length", 64, "Longest flat tool name.", int),
     Setting("--max-tools", "max_tools", 4096, "Most callable tools in one request.", int),
-    Setting("--max-tool-bytes", "max_tool_bytes", 2 * 1024 * 1024,
-            "Largest total size of the tool definitions in one request.", int),
-    Setting("--max-input-items", "max_input_items", 10_000, "Most input items in one request.", int),
-    Setting("--max-body-bytes", "max_body_bytes", 32 * 1024 * 1024, "Largest request body (413 beyond).", int),
-    Setting("--replay-reasoning", "replay_reasoning", True,
-            "Replay readable reasoning to the backend as reasoning_content.", _bool),
-    Setting("--idle-timeout", "idle_timeout", 300.0, "Seconds the backend may stay silent mid-stream.", float),
+    Setting(
+        "--max-tool-bytes",
+        "max_tool_bytes",
+        2 * 1024 * 1024,
+        "Largest total size of the tool definitions in one request.",
+        int,
+    ),
+    Setting(
+        "--max-input-items", "max_input_items", 10_000, "Most input items in one request.", int
+    ),
+    Setting(
+        "--max-body-bytes",
+        "max_body_bytes",
+        32 * 1024 * 1024,
+        "Largest request body (413 beyond).",
+        int,
+    ),
+    Setting(
+        "--replay-reasoning",
+        "replay_reasoning",
+        True,
+        "Replay readable reasoning to the backend as reasoning_content.",
+        _bool,
+    ),
+    Setting(
+        "--idle-timeout",
+        "idle_timeout",
+        300.0,
+        "Seconds the backend may stay silent mid-stream.",
+        float,
+    ),
     Setting("--store", "store", "memory", "Response store: memory, or redis://host:port/db."),
     Setting("--store-ttl", "store_ttl", 3600, "Seconds a stored response is kept.", int),
-    Setting("--ws-max-message-bytes", "ws_max_message_bytes", 16 * 1024 * 1024,
-            "Largest WebSocket client message (close 1009 beyond).", int),
-    Setting("--ws-lifetime", "ws_lifetime", 3600.0, "WebSocket connection lifetime in seconds.", float),
-    Setting("--ws-remembered", "ws_remembered", 64,
-            "Responses a WebSocket connection remembers for previous_response_id.", int),
+    Setting(
+        "--ws-max-message-bytes",
+        "ws_max_message_bytes",
+        16 * 1024 * 1024,
+        "Largest WebSocket client message (close 1009 beyond).",
+        int,
+    ),
+    Setting(
+        "--ws-lifetime", "ws_lifetime", 3600.0, "WebSocket connection lifetime in seconds.", float
+    ),
+    Setting(
+        "--ws-remembered",
+        "ws_remembered",
+        64,
+        "Responses a WebSocket connection remembers for previous_response_id.",
+        int,
+    ),
     Setting("--tap-dir", "tap_dir", None, "Record every exchange as JSON lines in this folder."),
-    Setting("--shutdown-grace", "shutdown_grace", 30.0,
-            "Seconds in-flight streams get to finish on SIGTERM.", float),
+    Setting(
+        "--shutdown-grace",
+        "shutdown_grace",
+        30.0,
+        "Seconds in-flight streams get to finish on SIGTERM.",
+        float,
+    ),
     Setting("--log-level", "log_level", "warning", "debug, info, warning or error."),
 )
 
@@ -111,17 +167,34 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         raw = os.environ.get(s.env)
         if s.repeat:
             default = tuple(v for v in (raw or "").split(",") if v) or s.default
-            parser.add_argument(s.flag, dest=s.dest, action="append", default=None,
-                                help=f"{s.help} [env {s.env}, comma-separated]")
+            parser.add_argument(
+                s.flag,
+                dest=s.dest,
+                action="append",
+                default=None,
+                help=f"{s.help} [env {s.env}, comma-separated]",
+            )
             parser.set_defaults(**{f"_{s.dest}_env": default})
             continue
         default = s.kind(raw) if raw is not None else s.default
         if s.kind is _bool:
-            parser.add_argument(s.flag, dest=s.dest, nargs="?", const=True, default=default,
-                                type=_bool, help=f"{s.help} [env {s.env}]")
+            parser.add_argument(
+                s.flag,
+                dest=s.dest,
+                nargs="?",
+                const=True,
+                default=default,
+                type=_bool,
+                help=f"{s.help} [env {s.env}]",
+            )
         else:
-            parser.add_argument(s.flag, dest=s.dest, type=s.kind, default=default,
-                                help=f"{s.help} [env {s.env}, default {s.default}]")
+            parser.add_argument(
+                s.flag,
+                dest=s.dest,
+                type=s.kind,
+                default=default,
+                help=f"{s.help} [env {s.env}, default {s.default}]",
+            )
 
 
 def settings_from(args: argparse.Namespace) -> Settings:

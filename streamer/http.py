@@ -25,7 +25,9 @@ SSE_HEADERS = {
 }
 
 
-def json_response(body: Any, status: int = 200, headers: dict[str, str] | None = None) -> web.Response:
+def json_response(
+    body: Any, status: int = 200, headers: dict[str, str] | None = None
+) -> web.Response:
     return web.Response(
         body=orjson.dumps(body), status=status, content_type="application/json", headers=headers
     )

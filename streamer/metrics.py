@@ -5,7 +5,24 @@ from __future__ import annotations
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
-_LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300)
+_LATENCY_BUCKETS = (
+    0.001,
+    0.0025,
+    0.005,
+    0.01,
+    0.025,
+    0.05,
+    0.1,
+    0.25,
+    0.5,
+    1,
+    2.5,
+    5,
+    10,
+    30,
+    60,
+    300,
+)
 
 CONTENT_TYPE = CONTENT_TYPE_LATEST
 
@@ -16,31 +33,44 @@ class Metrics:
     def __init__(self) -> None:
         self.registry = registry = CollectorRegistry(auto_describe=True)
         self.requests = Counter(
-            "streamer_http_requests", "HTTP requests by route and status.",
-            ("method", "route", "status"), registry=registry,
+            "streamer_http_requests",
+            "HTTP requests by route and status.",
+            ("method", "route", "status"),
+            registry=registry,
         )
         self.active_streams = Gauge(
-            "streamer_active_streams", "Responses being streamed now (SSE, JSON, WebSocket).",
-            ("transport",), registry=registry,
+            "streamer_active_streams",
+            "Responses being streamed now (SSE, JSON, WebSocket).",
+            ("transport",),
+            registry=registry,
         )
         self.active_sockets = Gauge(
             "streamer_active_websockets", "Open WebSocket connections.", registry=registry
         )
         self.events = Counter(
-            "streamer_events_sent", "Responses events sent to clients.", ("transport",),
+            "streamer_events_sent",
+            "Responses events sent to clients.",
+            ("transport",),
             registry=registry,
         )
         self.first_event = Histogram(
-            "streamer_time_to_first_event_seconds", "From request to the first event sent.",
-            buckets=_LATENCY_BUCKETS, registry=registry,
+            "streamer_time_to_first_event_seconds",
+            "From request to the first event sent.",
+            buckets=_LATENCY_BUCKETS,
+            registry=registry,
         )
         self.duration = Histogram(
-            "streamer_response_duration_seconds", "From request to the terminal event.",
-            ("status",), buckets=_LATENCY_BUCKETS, registry=registry,
+            "streamer_response_duration_seconds",
+            "From request to the terminal event.",
+            ("status",),
+            buckets=_LATENCY_BUCKETS,
+            registry=registry,
         )
         self.backend_errors = Counter(
-            "streamer_backend_errors", "Backend failures by kind (HTTP status or error code).",
-            ("kind",), registry=registry,
+            "streamer_backend_errors",
+            "Backend failures by kind (HTTP status or error code).",
+            ("kind",),
+            registry=registry,
         )
         self.store_operations = Counter(
             "streamer_store_operations", "Store operations by operation and outcome.",

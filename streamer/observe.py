@@ -34,7 +34,9 @@ async def observed(gateway: Gateway, turn: Turn, transport: str) -> AsyncIterato
     active.inc()
     first = True
     try:
-        async with contextlib.aclosing(stream_events(turn, gateway.upstream, on_raw=on_raw)) as events:
+        async with contextlib.aclosing(
+            stream_events(turn, gateway.upstream, on_raw=on_raw)
+        ) as events:
             async for batch in events:
                 if first:
                     metrics.first_event.observe(time.monotonic() - started)

@@ -146,9 +146,25 @@ class OutputItemStreamer:
             return []
         handlers = self._handlers
         for delta in deltas:
-            if type(delta) is UpstreamError:
-                return self.fail(delta.code, delta.message)
-            handlers[type(delta)](delta)
+            cls = delta.__class__
+            if cls is TextDelta:  # the per-token path, inlined
+                hot = self._hot
+                text = delta.text  # type: ignore[union-attr]
+                if hot is not None and hot.kind == "output_text" and text:
+                    hot.chunks.append(text)
+                    seq = self._seq
+                    self._events.append(
+                        Event(
+                            "response.output_text.delta",
+                            b'%s%s,"sequence_number":%d}' % (hot.delta_prefix, _dumps(text), seq),
+                            seq,
+                        )
+                    )
+                    self._seq = seq + 1
+                    continue
+            elif cls is UpstreamError:
+                return self.fail(delta.code, delta.message)  # type: ignore[union-attr]
+            handlers[cls](delta)
         return self._take()
 
     def finish(self) -> list[Event]:
@@ -235,7 +251,8 @@ class OutputItemStreamer:
         call.args.append(delta.arguments)
         if call is self._live:
             self._emit(
-                b'%s%s,"sequence_number":%d}' % (call.delta_prefix, _dumps(delta.arguments), self._seq),
+                b'%s%s,"sequence_number":%d}'
+                % (call.delta_prefix, _dumps(delta.arguments), self._seq),
                 "response.function_call_arguments.delta",
             )
         elif (
@@ -327,7 +344,9 @@ class OutputItemStreamer:
         text = "".join(part.chunks)
         where = {"item_id": item.id, "output_index": item.output_index, "content_index": part.index}
         if part.kind == "output_text":
-            self._event({"type": "response.output_text.done", **where, "text": text, "logprobs": []})
+            self._event(
+                {"type": "response.output_text.done", **where, "text": text, "logprobs": []}
+            )
             full = {"type": "output_text", "text": text, "annotations": [], "logprobs": []}
         elif part.kind == "refusal":
             self._event({"type": "response.refusal.done", **where, "refusal": text})
@@ -373,7 +392,9 @@ class OutputItemStreamer:
                 b'"output_index":%d,"delta":' % (item["id"].encode(), output_index)
             )
         call.item = item
-        self._event({"type": "response.output_item.added", "output_index": output_index, "item": item})
+        self._event(
+            {"type": "response.output_item.added", "output_index": output_index, "item": item}
+        )
 
     def _close_call(self, call: _Call, status: str) -> None:
         """Finish a call: its argument/input events (if not streamed) and `output_item.done`."""
@@ -386,9 +407,15 @@ class OutputItemStreamer:
         where = {"item_id": item["id"], "output_index": output_index}
         if item["type"] == "function_call":
             if call is not self._live and arguments:
-                self._event({"type": "response.function_call_arguments.delta", **where, "delta": arguments})
+                self._event(
+                    {"type": "response.function_call_arguments.delta", **where, "delta": arguments}
+                )
             item["arguments"] = arguments
-            done = {"type": "response.function_call_arguments.done", **where, "arguments": arguments}
+            done = {
+                "type": "response.function_call_arguments.done",
+                **where,
+                "arguments": arguments,
+            }
             done["name"] = item["name"]
             if "namespace" in item:
                 done["namespace"] = item["namespace"]
@@ -396,7 +423,9 @@ class OutputItemStreamer:
         elif item["type"] == "custom_tool_call":
             text = _custom_input(arguments)
             if text:
-                self._event({"type": "response.custom_tool_call_input.delta", **where, "delta": text})
+                self._event(
+                    {"type": "response.custom_tool_call_input.delta", **where, "delta": text}
+                )
             self._event({"type": "response.custom_tool_call_input.done", **where, "input": text})
             item["input"] = text
         else:
@@ -425,7 +454,9 @@ class OutputItemStreamer:
     def _done_item(self, item: dict[str, Any], output_index: int, status: str) -> None:
         item["status"] = status
         self._output.append(item)
-        self._event({"type": "response.output_item.done", "output_index": output_index, "item": item})
+        self._event(
+            {"type": "response.output_item.done", "output_index": output_index, "item": item}
+        )
 
     def _terminal(self, status: str, event_type: str) -> None:
         response = self.response
@@ -434,7 +465,11 @@ class OutputItemStreamer:
             response["completed_at"] = int(time.time())
         u = self._usage or Usage()
         response["usage"] = usage_object(
-            u.input_tokens, u.output_tokens, u.cached_tokens, u.cache_write_tokens, u.reasoning_tokens
+            u.input_tokens,
+            u.output_tokens,
+            u.cached_tokens,
+            u.cache_write_tokens,
+            u.reasoning_tokens,
         )
         self._lifecycle(event_type)
         self.done = True

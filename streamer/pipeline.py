@@ -103,7 +103,10 @@ _TRUNCATION = ("auto", "disabled")
 _FORMATS = ("text", "json_object", "json_schema")
 # Parameters that need OpenAI-hosted state this gateway does not have.
 _UNSUPPORTED = (
-    ("conversation", "Conversations are not supported by this gateway; use 'previous_response_id'."),
+    (
+        "conversation",
+        "Conversations are not supported by this gateway; use 'previous_response_id'.",
+    ),
     ("prompt", "Stored prompt templates are not supported by this gateway; send 'instructions'."),
 )
 

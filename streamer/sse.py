@@ -12,12 +12,15 @@ decoded one.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable
 from typing import NamedTuple
 
 from .events import Event
 
 _BOM = b"\xef\xbb\xbf"
+_DATA_EVENTS = re.compile(rb"(?:data: ?[^\n]*\n\n)+")
+_DATA_PAYLOAD = re.compile(rb"data: ?([^\n]*)\n\n")
 DEFAULT_MAX_SIZE = 16 * 1024 * 1024
 
 
@@ -33,7 +36,7 @@ class SSEError(ValueError):
 class SSEDecoder:
     """Feed raw bytes as they arrive; get back the events completed by each chunk."""
 
-    __slots__ = ("_buf", "_data", "_data_size", "_event", "_first", "_skip_lf", "max_size")
+    __slots__ = ("_buf", "_data", "_data_size", "_event", "_first", "_raw", "_skip_lf", "max_size")
 
     def __init__(self, max_size: int = DEFAULT_MAX_SIZE) -> None:
         self.max_size = max_size
@@ -43,8 +46,36 @@ class SSEDecoder:
         self._event: bytes | None = None
         self._skip_lf = False  # the previous chunk ended in \r: a leading \n belongs to it
         self._first = True  # the next complete line is the stream's first (BOM check)
+        self._raw = b""  # an unparsed tail left by the fast path
 
     def feed(self, chunk: bytes) -> list[SSEMessage]:
+        if self._raw:
+            chunk = self._raw + chunk
+            self._raw = b""
+        if not (self._buf or self._data or self._skip_lf or self._first) and self._event is None:
+            # The common case: nothing parsed is pending, and the chunk is whole `data:`
+            # events, each ended by a blank line: two regex passes in C instead of a loop
+            # per line. The unparsed tail waits, raw, for the next chunk.
+            cut = chunk.rfind(b"\n\n") + 2
+            if (
+                cut > 1
+                and len(chunk) - cut <= self.max_size
+                and b"\r" not in chunk
+                and _DATA_EVENTS.fullmatch(chunk, 0, cut)
+            ):
+                self._raw = chunk[cut:]
+                return [
+                    SSEMessage(None, m.decode("utf-8", "replace"))
+                    for m in _DATA_PAYLOAD.findall(chunk, 0, cut)
+                ]
+        out = self._feed_lines(chunk)
+        if self._buf and not (self._data or self._skip_lf) and self._event is None:
+            self._raw = bytes(self._buf)  # only a partial line pends: back to the fast path
+            self._buf.clear()
+        return out
+
+    def _feed_lines(self, chunk: bytes) -> list[SSEMessage]:
+        """The general path: every line end and field kind, state kept across chunks."""
         if self._skip_lf and chunk:
             self._skip_lf = False
             if chunk[0] == 10:
@@ -72,6 +103,13 @@ class SSEDecoder:
 
     def close(self) -> list[SSEMessage]:
         """End of stream: finish the pending line and dispatch an unterminated event."""
+        out = []
+        if self._raw:
+            raw, self._raw = self._raw, b""
+            out = self._feed_lines(raw)
+        return out + self._close_lines()
+
+    def _close_lines(self) -> list[SSEMessage]:
         lines = [bytes(self._buf)] if self._buf else []
         self._buf.clear()
         self._skip_lf = False

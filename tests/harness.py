@@ -16,8 +16,12 @@ from streamer.gateway import GATEWAY, Gateway
 class GatewayHarness:
     """`async with GatewayHarness() as gw:` gives `gw.url` (…/v1), `gw.backend`, `gw.gateway`."""
 
-    def __init__(self, settings: Settings | None = None, backend: ScriptedBackend | None = None,
-                 **overrides: Any) -> None:
+    def __init__(
+        self,
+        settings: Settings | None = None,
+        backend: ScriptedBackend | None = None,
+        **overrides: Any,
+    ) -> None:
         self.backend = backend or ScriptedBackend()
         self.settings = replace(settings or Settings(), **overrides)
         self.runner: web.AppRunner | None = None

@@ -486,7 +486,7 @@ async def _disconnect_once(
         ws = await session.ws_connect(gw.ws_url)
         await ws.send_bytes(orjson.dumps({"type": "response.create", **body}))
         if not waiting:
-            while b"output_text.delta" not in (await ws.receive()).data:
+            while "output_text.delta" not in (await ws.receive()).data:
                 pass
         rec = await _backend_record(gw, marker)
         left = time.monotonic()

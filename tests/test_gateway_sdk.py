@@ -75,20 +75,36 @@ def _expect_reasoning(r: dict[str, Any]) -> None:
 
 def _expect_call(r: dict[str, Any]) -> None:
     (call,) = r["output"]
-    assert (call["type"], call["namespace"], call["name"]) == ("function_call", "mcp__docs", "search")
+    assert (call["type"], call["namespace"], call["name"]) == (
+        "function_call",
+        "mcp__docs",
+        "search",
+    )
     assert call["arguments"] == '{"q":"x"}' and call["call_id"] == "call_1"
 
 
 def _expect_parallel(r: dict[str, Any]) -> None:
     first, second = r["output"]
-    assert (first["namespace"], first["name"], first["arguments"]) == ("mcp__docs", "search", '{"q":"x"}')
-    assert (second["namespace"], second["name"], second["arguments"]) == ("crm", "lookup", '{"id":7}')
+    assert (first["namespace"], first["name"], first["arguments"]) == (
+        "mcp__docs",
+        "search",
+        '{"q":"x"}',
+    )
+    assert (second["namespace"], second["name"], second["arguments"]) == (
+        "crm",
+        "lookup",
+        '{"id":7}',
+    )
 
 
 def _expect_custom(r: dict[str, Any]) -> None:
     (call,) = r["output"]
     assert call["type"] == "custom_tool_call"
-    assert (call["namespace"], call["name"], call["input"]) == ("mcp__docs", "patch", "*** Begin Patch")
+    assert (call["namespace"], call["name"], call["input"]) == (
+        "mcp__docs",
+        "patch",
+        "*** Begin Patch",
+    )
 
 
 def _expect_split(r: dict[str, Any]) -> None:
@@ -193,7 +209,9 @@ async def test_scenario_three_ways(scenario: str, gw: GatewayHarness, client: As
     assert all(t["type"] == "function" for t in sent["tools"])
 
 
-async def test_backend_400_keeps_status_and_message(gw: GatewayHarness, client: AsyncOpenAI) -> None:
+async def test_backend_400_keeps_status_and_message(
+    gw: GatewayHarness, client: AsyncOpenAI
+) -> None:
     error = {"error": {"message": "bad max_tokens", "type": "invalid_request_error", "code": None}}
     gw.backend.script([Status(400, error)])
     with pytest.raises(openai.BadRequestError) as raised:
@@ -203,9 +221,10 @@ async def test_backend_400_keeps_status_and_message(gw: GatewayHarness, client: 
 
 
 async def test_backend_refusing_connections_is_502() -> None:
-    async with GatewayHarness(upstream=refusing_url()) as gw, AsyncOpenAI(
-        base_url=gw.url, api_key="k", max_retries=0
-    ) as client:
+    async with (
+        GatewayHarness(upstream=refusing_url()) as gw,
+        AsyncOpenAI(base_url=gw.url, api_key="k", max_retries=0) as client,
+    ):
         for stream in (False, True):
             with pytest.raises(openai.APIStatusError) as raised:
                 await _create(client, stream=stream)
@@ -217,7 +236,11 @@ async def test_two_turn_loop_replays_call_under_same_flat_name(
     gw: GatewayHarness, client: AsyncOpenAI
 ) -> None:
     gw.backend.script(
-        [*tool_call_chunks(0, "call_1", ["mcp__docs__search"], ['{"q":"x"}']), finish("tool_calls"), DONE],
+        [
+            *tool_call_chunks(0, "call_1", ["mcp__docs__search"], ['{"q":"x"}']),
+            finish("tool_calls"),
+            DONE,
+        ],
         [*text_chunks(["found it"]), *END],
     )
     first = await _create(client)
@@ -252,14 +275,18 @@ async def test_two_turn_loop_replays_call_under_same_flat_name(
 
 
 async def test_request_errors_have_openai_shape_and_param(client: AsyncOpenAI) -> None:
-    bad_tools = [{"type": "namespace", "name": "ns", "description": "", "tools": [{"type": "function"}]}]
+    bad_tools = [
+        {"type": "namespace", "name": "ns", "description": "", "tools": [{"type": "function"}]}
+    ]
     with pytest.raises(openai.BadRequestError) as raised:
         await client.responses.create(model="m", input="hi", tools=bad_tools)  # type: ignore[arg-type]
     assert raised.value.body["param"] == "tools[0].tools[0].name"  # type: ignore[index]
     assert raised.value.body["type"] == "invalid_request_error"  # type: ignore[index]
 
 
-async def test_unknown_fields_and_items_pass_without_error(gw: GatewayHarness, client: AsyncOpenAI) -> None:
+async def test_unknown_fields_and_items_pass_without_error(
+    gw: GatewayHarness, client: AsyncOpenAI
+) -> None:
     gw.backend.script([*text_chunks(["ok"]), *END])
     response = await client.responses.create(
         model="m",

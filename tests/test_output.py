@@ -42,9 +42,9 @@ TOOLS: list[dict[str, Any]] = [
 ]
 
 
-def run(*batches: list[Any], tools: list[dict[str, Any]] = TOOLS, end: str = "finish") -> tuple[
-    list[dict[str, Any]], dict[str, Any]
-]:
+def run(
+    *batches: list[Any], tools: list[dict[str, Any]] = TOOLS, end: str = "finish"
+) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     """Feed batches through a fresh streamer; return decoded events and the final response."""
     names = ResponsesToolNames.convert(tools)
     streamer = OutputItemStreamer(names, new_response({"model": "m", "tools": tools}))
@@ -86,7 +86,9 @@ def test_text_answer_follows_ordering_a() -> None:
         "total_tokens": 7,
     }
     assert isinstance(response["created_at"], int) and isinstance(response["completed_at"], int)
-    assert events[0]["response"]["status"] == "in_progress" and events[0]["response"]["output"] == []
+    assert (
+        events[0]["response"]["status"] == "in_progress" and events[0]["response"]["output"] == []
+    )
 
 
 def test_reasoning_then_text() -> None:
@@ -100,7 +102,10 @@ def test_reasoning_then_text() -> None:
     assert reasoning["type"] == "reasoning" and reasoning["id"].startswith("rs_")
     assert reasoning["content"] == [{"type": "reasoning_text", "text": "thinking"}]
     assert message["type"] == "message" and message["content"][0]["text"] == "ok"
-    assert [e["output_index"] for e in events if e["type"] == "response.output_item.added"] == [0, 1]
+    assert [e["output_index"] for e in events if e["type"] == "response.output_item.added"] == [
+        0,
+        1,
+    ]
 
 
 def test_namespaced_call_restores_name_and_namespace_everywhere() -> None:
@@ -126,7 +131,10 @@ def test_namespaced_call_restores_name_and_namespace_everywhere() -> None:
 
 def test_interleaved_parallel_calls_come_out_whole_and_in_order() -> None:
     events, response = run(
-        [ToolCallDelta(0, "call_a", "mcp__docs__search", ""), ToolCallDelta(1, "call_b", "crm__lookup", "")],
+        [
+            ToolCallDelta(0, "call_a", "mcp__docs__search", ""),
+            ToolCallDelta(1, "call_b", "crm__lookup", ""),
+        ],
         [ToolCallDelta(0, None, None, '{"q"'), ToolCallDelta(1, None, None, '{"id"')],
         [ToolCallDelta(1, None, None, ":1}"), ToolCallDelta(0, None, None, ':"x"}')],
         [Finish("tool_calls")],
@@ -142,8 +150,16 @@ def test_interleaved_parallel_calls_come_out_whole_and_in_order() -> None:
         elif e["type"].startswith("response.function_call_arguments"):
             assert e["item_id"] == open_item
     first, second = response["output"]
-    assert (first["namespace"], first["name"], first["arguments"]) == ("mcp__docs", "search", '{"q":"x"}')
-    assert (second["namespace"], second["name"], second["arguments"]) == ("crm", "lookup", '{"id":1}')
+    assert (first["namespace"], first["name"], first["arguments"]) == (
+        "mcp__docs",
+        "search",
+        '{"q":"x"}',
+    )
+    assert (second["namespace"], second["name"], second["arguments"]) == (
+        "crm",
+        "lookup",
+        '{"id":1}',
+    )
     assert first["call_id"] == "call_a" and second["call_id"] == "call_b"
     assert [e["output_index"] for e in events if e["type"] == "response.output_item.done"] == [0, 1]
 
@@ -181,7 +197,11 @@ def test_custom_tool_in_namespace_becomes_custom_tool_call() -> None:
     ]  # fmt: skip
     item = response["output"][0]
     assert item["type"] == "custom_tool_call" and item["id"].startswith("ctc_")
-    assert (item["namespace"], item["name"], item["input"]) == ("mcp__docs", "patch", "*** Begin Patch")
+    assert (item["namespace"], item["name"], item["input"]) == (
+        "mcp__docs",
+        "patch",
+        "*** Begin Patch",
+    )
     assert events[4]["input"] == "*** Begin Patch"
 
 
@@ -199,9 +219,13 @@ def test_unknown_flat_name_passes_through_untouched() -> None:
 
 
 def test_text_then_call_closes_the_message_first() -> None:
-    events, response = run([TextDelta("Let me look.")], [ToolCallDelta(0, "c", "crm__lookup", "{}")])
+    events, response = run(
+        [TextDelta("Let me look.")], [ToolCallDelta(0, "c", "crm__lookup", "{}")]
+    )
     assert [i["type"] for i in response["output"]] == ["message", "function_call"]
-    assert types(events).index("output_item.done") < types(events).index("function_call_arguments.delta")
+    assert types(events).index("output_item.done") < types(events).index(
+        "function_call_arguments.delta"
+    )
 
 
 def test_text_arriving_after_a_call_is_kept_after_it() -> None:
@@ -213,7 +237,10 @@ def test_text_arriving_after_a_call_is_kept_after_it() -> None:
 def test_missing_and_duplicate_call_ids_are_replaced() -> None:
     _, response = run(
         [ToolCallDelta(0, None, "crm__lookup", "{}"), ToolCallDelta(1, None, "exec_command", "{}")],
-        [ToolCallDelta(2, "dup", "exec_command", "{}"), ToolCallDelta(3, "dup", "exec_command", "{}")],
+        [
+            ToolCallDelta(2, "dup", "exec_command", "{}"),
+            ToolCallDelta(3, "dup", "exec_command", "{}"),
+        ],
     )
     ids = [item["call_id"] for item in response["output"]]
     assert len(set(ids)) == 4 and all(ids)
@@ -259,7 +286,11 @@ def test_nothing_after_the_terminal_event() -> None:
 def test_item_ids_are_unique_and_stable(n: int) -> None:
     batches = [[ToolCallDelta(i, f"c{i}", "exec_command", "{}")] for i in range(n)]
     events, response = run(*batches)
-    added = {e["item"]["id"]: e["item"]["call_id"] for e in events if e["type"].endswith("item.added")}
-    done = {e["item"]["id"]: e["item"]["call_id"] for e in events if e["type"].endswith("item.done")}
+    added = {
+        e["item"]["id"]: e["item"]["call_id"] for e in events if e["type"].endswith("item.added")
+    }
+    done = {
+        e["item"]["id"]: e["item"]["call_id"] for e in events if e["type"].endswith("item.done")
+    }
     assert added == done == {i["id"]: i["call_id"] for i in response["output"]}
     assert len(added) == n

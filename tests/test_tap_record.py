@@ -22,12 +22,17 @@ SECRET = "sk-planted-upstream-secret-0123456789"
 async def record(tmp_path: Path, script: list[Any], *, stream: bool = True) -> Path:
     """Run one scripted turn through a recording gateway; return its recording."""
     tap_dir = tmp_path / "tap"
-    async with GatewayHarness(tap_dir=str(tap_dir), upstream_api_key=SECRET) as gw, AsyncOpenAI(
-        base_url=gw.url, api_key="client-key", max_retries=0
-    ) as client:
+    async with (
+        GatewayHarness(tap_dir=str(tap_dir), upstream_api_key=SECRET) as gw,
+        AsyncOpenAI(base_url=gw.url, api_key="client-key", max_retries=0) as client,
+    ):
         gw.backend.script(script)
         result = await client.responses.create(
-            model="m", input="hi", tools=TOOLS, store=False, stream=stream  # type: ignore[arg-type]
+            model="m",
+            input="hi",
+            tools=TOOLS,
+            store=False,
+            stream=stream,  # type: ignore[arg-type]
         )
         if stream:
             async for _ in result:  # type: ignore[union-attr]
@@ -44,7 +49,9 @@ async def tap(path: Path, *extra: str) -> tuple[int, str]:
 
 
 @pytest.mark.parametrize("scenario", list(SCENARIOS))
-async def test_recorded_exchange_is_clean_and_replays_the_same(scenario: str, tmp_path: Path) -> None:
+async def test_recorded_exchange_is_clean_and_replays_the_same(
+    scenario: str, tmp_path: Path
+) -> None:
     path = await record(tmp_path, SCENARIOS[scenario][0])
     text = path.read_text()
     kinds = [orjson.loads(line)["kind"] for line in text.splitlines()]
@@ -83,9 +90,7 @@ async def test_broken_recording_is_reported(tmp_path: Path) -> None:
     status, output = await tap(broken_path, "--json")
     assert status == 1
     rules = {
-        v["rule"]
-        for line in output.splitlines()
-        for v in orjson.loads(line).get("violations", [])
+        v["rule"] for line in output.splitlines() for v in orjson.loads(line).get("violations", [])
     }
     assert rules  # the violation names the broken rule
     args = build_parser().parse_args(["replay", str(broken_path), "--compare"])

@@ -66,7 +66,9 @@ def replay(recording: Recording, options: TurnOptions | None = None) -> list[Eve
         if chat.done or chat.finished:
             events += streamer.finish()
         else:  # what the upstream client reports for a stream cut short
-            events += streamer.fail("server_error", "The backend closed the stream before it finished.")
+            events += streamer.fail(
+                "server_error", "The backend closed the stream before it finished."
+            )
     return events
 
 
@@ -97,8 +99,11 @@ def add_replay_parser(subparsers: Any) -> argparse.ArgumentParser:
         description=__doc__.splitlines()[0],
     )  # fmt: skip
     parser.add_argument("file", metavar="FILE", help="a `serve --tap-dir` recording")
-    parser.add_argument("--compare", action="store_true",
-                        help="exit 1 unless the events equal the recorded ones (ids aside)")
+    parser.add_argument(
+        "--compare",
+        action="store_true",
+        help="exit 1 unless the events equal the recorded ones (ids aside)",
+    )
     parser.add_argument("--json", action="store_true", help="one JSON object per event")
     parser.add_argument("--color", choices=("auto", "always", "never"), default="auto")
     parser.add_argument("--tool-name-style", default="codex")
@@ -111,7 +116,9 @@ async def run_replay(args: argparse.Namespace, out: TextIO | None = None) -> int
     try:
         recording = Recording.load(args.file)
         options = TurnOptions(
-            naming=NamingConfig(style=args.tool_name_style, max_name_length=args.max_tool_name_length)
+            naming=NamingConfig(
+                style=args.tool_name_style, max_name_length=args.max_tool_name_length
+            )
         )
         events = [orjson.loads(e.data) for e in replay(recording, options)]
     except (OSError, ValueError, RequestError, orjson.JSONDecodeError) as exc:

@@ -34,6 +34,9 @@ _RATE_LIMIT_HEADERS = ("retry-after", "retry-after-ms")
 _SNIPPET = 120
 
 
+_TEXT_ONLY = frozenset({"content", "role"})
+
+
 class ChatChunkDecoder:
     """One per backend stream. `done` is set by `[DONE]`, `finished` by a finish reason."""
 
@@ -61,8 +64,18 @@ class ChatChunkDecoder:
                     INVALID_CHUNK, f"The backend sent malformed JSON in its stream: {snippet!r}"
                 )
             ]
-        if not isinstance(obj, dict):
+        if obj.__class__ is not dict:
             return []
+        # The per-token shape of every backend: one choice whose delta holds only text.
+        choices = obj.get("choices")
+        if choices.__class__ is list and len(choices) == 1 and event is None and "usage" not in obj:
+            choice = choices[0]
+            if choice.__class__ is dict and choice.get("finish_reason") is None:
+                delta = choice.get("delta")
+                if delta.__class__ is dict and delta.keys() <= _TEXT_ONLY and "error" not in obj:
+                    content = delta.get("content")
+                    if content.__class__ is str and choice.get("index", 0) in (0, None):
+                        return [TextDelta(content)] if content else []
         error = payload_error(obj)
         if error is None and event == "error":
             error = UpstreamError(
