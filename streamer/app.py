@@ -44,6 +44,11 @@ async def observe_middleware(request: web.Request, handler: Handler) -> web.Stre
     rid = choose_request_id(request.headers.get("X-Request-Id"), new_id("req"))
     request[REQUEST_ID] = rid  # `_add_request_id` puts it on the answer, streamed or not
     token = logs.request_id.set(rid)
+    metrics = request.app[GATEWAY].metrics
+    # a WebSocket's handler lasts as long as its socket
+    socket = request.headers.get("Upgrade", "").lower() == "websocket"
+    if socket:
+        metrics.active_sockets.inc()
     status = 500
     try:
         response = await handler(request)
@@ -53,11 +58,29 @@ async def observe_middleware(request: web.Request, handler: Handler) -> web.Stre
         status = 499  # the client went away first
         raise
     finally:
+        if socket:
+            metrics.active_sockets.dec()
         route = request.match_info.route.resource
         name = route.canonical if route is not None else "unmatched"
-        request.app[GATEWAY].metrics.requests.labels(request.method, name, str(status)).inc()
+        metrics.requests.labels(request.method, name, str(status)).inc()
         logs.access(request.method, request.path, status, started)
         logs.request_id.reset(token)
+
+
+def _http_error(request: web.Request, exc: web.HTTPException) -> RequestError:
+    """aiohttp's routing errors (404, 405, …) in OpenAI's words."""
+    where = f"{request.method} {request.path}"
+    if exc.status == 404:
+        return RequestError(f"Invalid URL ({where}).", status=404, code="not_found")
+    if exc.status == 405:
+        allow = exc.headers.get("Allow", "")
+        return RequestError(
+            f"Method not allowed ({where}); this path accepts {allow or 'other methods'}.",
+            status=405,
+            code="method_not_allowed",
+            headers={"Allow": allow} if allow else None,
+        )
+    return RequestError(exc.reason, status=exc.status)
 
 
 async def _add_request_id(request: web.Request, response: web.StreamResponse) -> None:
@@ -86,14 +109,18 @@ async def errors_middleware(request: web.Request, handler: Handler) -> web.Strea
             )
         )
     except web.HTTPRequestEntityTooLarge:
+        limit = request.app[SETTINGS].max_body_bytes
         return _error(
-            RequestError("The request body is too large.", status=413, code="request_too_large")
+            RequestError(
+                f"The request body is too large: the limit is {limit} bytes.",
+                status=413,
+                code="request_too_large",
+            )
         )
     except web.HTTPException as exc:
         if exc.status < 400:
             raise
-        code = {404: "not_found", 405: "method_not_allowed"}.get(exc.status)
-        return _error(RequestError(exc.reason, status=exc.status, code=code))
+        return _error(_http_error(request, exc))
     except ConnectionResetError:
         raise
     except Exception:
@@ -118,9 +145,11 @@ def auth_middleware(keys: frozenset[str]) -> Callable[..., Awaitable[web.StreamR
             header = request.headers.get("Authorization", "")
             token = header[7:].strip().encode() if header[:7].lower() == "bearer " else b""
             ok = False
-            for key in encoded:  # no early exit: timing says nothing about which key
+            # compare_digest takes as long whatever the bytes, and no key ends the loop
+            # early: the answer's timing says nothing about how close a guess was
+            for key in encoded:
                 ok |= hmac.compare_digest(token, key)
-            if not ok:
+            if not ok or not token:
                 raise RequestError(
                     "Incorrect API key provided." if token else "You didn't provide an API key.",
                     status=401,
@@ -133,7 +162,9 @@ def auth_middleware(keys: frozenset[str]) -> Callable[..., Awaitable[web.StreamR
 
 async def _start(app: web.Application) -> None:
     from .background import Background
+    from .redact import RedactingUpstream
     from .store import open_store
+    from .store.observed import observe_store
     from .upstream.chat import ChatUpstream
 
     settings = app[SETTINGS]
@@ -144,11 +175,14 @@ async def _start(app: web.Application) -> None:
         runner, base_url = await start_scripted_model()
         app[SCRIPTED_RUNNER] = runner
         log.warning("no --upstream: serving the embedded scripted model at %s", base_url)
-    upstream = ChatUpstream(
+    chat = ChatUpstream(
         base_url, api_key=settings.upstream_api_key, idle_timeout=settings.idle_timeout
     )
+    # whatever the backend says back is scrubbed of every key this gateway knows
+    upstream = RedactingUpstream(chat, (settings.upstream_api_key, *settings.client_keys()))
     store = open_store(settings.store, ttl_seconds=settings.store_ttl)
     gateway = Gateway(settings, upstream, store)
+    observe_store(store, gateway.metrics.store_operations)
     gateway.background = Background(gateway)
     app[GATEWAY] = gateway
 
@@ -171,7 +205,12 @@ def create_app(settings: Settings) -> web.Application:
     keys = settings.client_keys()
     if keys:
         middlewares.append(auth_middleware(keys))
-    app = web.Application(middlewares=middlewares, client_max_size=settings.max_body_bytes)
+    limit = settings.max_header_bytes  # beyond it aiohttp answers 400 before any routing
+    app = web.Application(
+        middlewares=middlewares,
+        client_max_size=settings.max_body_bytes,
+        handler_args={"max_line_size": limit, "max_field_size": limit},
+    )
     app[SETTINGS] = settings
     app.on_response_prepare.append(_add_request_id)
     app.on_startup.append(_start)

@@ -80,6 +80,13 @@ SETTINGS: tuple[Setting, ...] = (
         int,
     ),
     Setting(
+        "--max-header-bytes",
+        "max_header_bytes",
+        8190,
+        "Longest request line or header field (400 beyond).",
+        int,
+    ),
+    Setting(
         "--replay-reasoning",
         "replay_reasoning",
         True,
@@ -140,6 +147,7 @@ class Settings:
     max_tool_bytes: int = 2 * 1024 * 1024
     max_input_items: int = 10_000
     max_body_bytes: int = 32 * 1024 * 1024
+    max_header_bytes: int = 8190
     replay_reasoning: bool = True
     idle_timeout: float = 300.0
     store: str = "memory"
@@ -153,11 +161,12 @@ class Settings:
     extra: dict[str, Any] = field(default_factory=dict)
 
     def client_keys(self) -> frozenset[str]:
-        """Keys from `--api-key` and `--api-key-file`, read once at startup."""
-        keys = set(self.api_keys)
+        """Keys from `--api-key` and `--api-key-file` (blank and `#` lines skipped), read once."""
+        keys = {k.strip() for k in self.api_keys if k.strip()}  # "" would admit everyone
         if self.api_key_file:
             with open(self.api_key_file, encoding="utf-8") as fh:
-                keys.update(line.strip() for line in fh if line.strip())
+                lines = (line.strip() for line in fh)
+                keys.update(line for line in lines if line and not line.startswith("#"))
         return frozenset(keys)
 
 

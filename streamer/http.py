@@ -44,7 +44,17 @@ async def read_json(request: web.Request) -> Any:
             status=415,
             code="unsupported_media_type",
         )
-    raw = await request.read()
+    try:
+        raw = await request.read()
+    except web.RequestPayloadError as exc:  # a body aiohttp could not decode (bad gzip, …)
+        # The rest of this connection's bytes cannot be trusted: answer, then close it,
+        # without aiohttp draining (and logging) the broken body once more.
+        request.content.feed_eof()
+        request.protocol.close()
+        reason = getattr(exc.__cause__, "message", None) or "it could not be decoded"
+        raise invalid(
+            f"We could not read the body of your request: {reason}.", code="invalid_body"
+        ) from None
     try:
         return orjson.loads(raw)
     except orjson.JSONDecodeError as exc:

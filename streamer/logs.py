@@ -39,6 +39,23 @@ class JsonFormatter(logging.Formatter):
         return orjson.dumps(line, default=str).decode()
 
 
+class ClientProtocolErrors(logging.Filter):
+    """aiohttp logs a client's malformed HTTP (an oversized header, TLS sent to the HTTP
+    port) as an error with a traceback. It is the client's fault and it got its 400: keep
+    one info line, so that any client cannot fill the logs of a quiet gateway."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        from aiohttp.http_exceptions import HttpProcessingError
+
+        exc = record.exc_info[1] if record.exc_info else None
+        if not isinstance(exc, HttpProcessingError):
+            return True
+        record.levelno, record.levelname = logging.INFO, "INFO"
+        record.msg, record.args = "malformed request from a client: %s", (exc.message,)
+        record.exc_info = record.exc_text = None
+        return logging.getLogger().isEnabledFor(logging.INFO)
+
+
 def configure(level: str) -> None:
     handler = logging.StreamHandler()
     handler.setFormatter(JsonFormatter())
@@ -46,6 +63,9 @@ def configure(level: str) -> None:
     root.handlers[:] = [handler]
     root.setLevel(getattr(logging, level.upper(), logging.WARNING))
     logging.getLogger("aiohttp.access").setLevel(logging.WARNING)  # we log our own access lines
+    server = logging.getLogger("aiohttp.server")
+    if not any(isinstance(f, ClientProtocolErrors) for f in server.filters):
+        server.addFilter(ClientProtocolErrors())
 
 
 def access(method: str, path: str, status: int, started: float) -> None:

@@ -24,7 +24,8 @@ from aiohttp import WSCloseCode, WSMsgType, web
 from .errors import RequestError, invalid, server_error
 from .events import Event
 from .gateway import GATEWAY, Gateway, continuation, previous_not_found
-from .pipeline import Turn, stream_events, warmup
+from .observe import observed
+from .pipeline import Turn, warmup
 
 log = logging.getLogger("streamer.websocket")
 
@@ -182,10 +183,14 @@ class Session:
             turn = await self.prepare(frame, previous)
             gateway.stats["ws_turns"] += 1
             if frame.get("generate") is False:
-                await self.send(warmup(turn), lane)
+                events = warmup(turn)
+                await self.settle(turn, previous, lane)
+                await self.send(events, lane)
             else:
-                async with contextlib.aclosing(stream_events(turn, gateway.upstream)) as events:
+                async with contextlib.aclosing(observed(gateway, turn, "websocket")) as events:
                     async for batch in events:
+                        if turn.streamer.done:  # settled before the client can chain from it
+                            await self.settle(turn, previous, lane)
                         await self.send(batch, lane)
         except RequestError as exc:  # invalid, or the backend refused before any event
             self.evict(previous, lane)
@@ -200,11 +205,14 @@ class Session:
                 server_error("The gateway failed while serving the request."), lane
             )
             return
+
+    async def settle(self, turn: Turn, previous: str | None, lane: Lane) -> None:
+        """Remember a finished turn (here and in the store), or evict what a failure continued."""
         if turn.response["status"] == "failed":
             self.evict(previous, lane)
-        else:
-            self.remember(turn, lane)
-        await gateway.remember(turn)
+            return
+        self.remember(turn, lane)
+        await self.gateway.remember(turn)
 
     async def prepare(self, frame: dict[str, Any], previous: Any) -> Turn:
         if frame.get("background"):
@@ -285,7 +293,7 @@ class Session:
         """Cancel every in-flight turn (closing their backend requests) and drop state."""
         workers = list(self.workers)
         for worker in workers:
-            pass
+            worker.cancel()
         for worker in workers:
             with contextlib.suppress(BaseException):
                 await worker

@@ -66,7 +66,9 @@ JSON_LEAF = (
 )
 JSON_ANY = st.recursive(
     JSON_LEAF,
-    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4),
+    lambda inner: (
+        st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4)
+    ),
     max_leaves=12,
 )
 # Names a client may declare: identifiers, and everything an attacker or a bug might send.
@@ -128,7 +130,14 @@ NAMESPACE_TOOL = _obj(
 HOSTED_TOOL = _obj(
     {
         "type": st.sampled_from(
-            ["web_search", "file_search", "image_generation", "local_shell", "mcp", "computer_use_preview"]
+            [
+                "web_search",
+                "file_search",
+                "image_generation",
+                "local_shell",
+                "mcp",
+                "computer_use_preview",
+            ]
         )
     },
     {"server_label": SAFE_TEXT, "vector_store_ids": st.lists(SAFE_TEXT, max_size=2)},
@@ -155,7 +164,9 @@ TOOL_CHOICE = st.one_of(
     JSON_ANY,
 )
 
-TEXT_PART = _obj({"type": st.sampled_from(["input_text", "output_text", "text"]), "text": _sometimes(SAFE_TEXT)})
+TEXT_PART = _obj(
+    {"type": st.sampled_from(["input_text", "output_text", "text"]), "text": _sometimes(SAFE_TEXT)}
+)
 IMAGE_PART = _obj(
     {"type": st.just("input_image")},
     {
@@ -481,7 +492,9 @@ def check_stream(events: list[dict[str, Any]], request: dict[str, Any]) -> None:
     check_output(events[-1]["response"], request)
 
 
-async def post(fuzz: Fuzz, raw: bytes, request: Any, content_type: str = "application/json") -> None:
+async def post(
+    fuzz: Fuzz, raw: bytes, request: Any, content_type: str = "application/json"
+) -> None:
     """POST one body; check the answer is a valid response or a well-formed 4xx."""
     before = len(fuzz.gw.backend.requests)
     async with fuzz.session.post(
@@ -628,7 +641,10 @@ def ws_frame(draw: st.DrawFn) -> str | bytes:
     elif kind == 7:
         frame = draw(GARBAGE_OBJECT | JSON_ANY)
         if isinstance(frame, dict) and draw(st.booleans()):
-            frame["type"] = draw(st.sampled_from(["response.cancel", "session.update", "", "response.create"]) | JSON_ANY)
+            frame["type"] = draw(
+                st.sampled_from(["response.cancel", "session.update", "", "response.create"])
+                | JSON_ANY
+            )
     elif kind == 8:
         return draw(st.text(st.characters(codec="utf-8"), max_size=40))
     else:
@@ -660,7 +676,9 @@ async def _ws_frames(fuzz: Fuzz, frames: list[str | bytes]) -> None:
                 last.pop("type")
                 last.pop("stream_id", None)
                 error = check_error(last, status, sent)
-                fuzz.count(f"ws {status} {error['param'] and error['param'].split('[')[0].split('.')[0]}")
+                fuzz.count(
+                    f"ws {status} {error['param'] and error['param'].split('[')[0].split('.')[0]}"
+                )
                 continue
             assert isinstance(sent, dict)
             lane = sent.get("stream_id")

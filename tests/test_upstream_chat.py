@@ -389,8 +389,8 @@ async def test_connection_has_tcp_nodelay(backend: ScriptedBackend, upstream: Ch
     backend.script([*text_chunks(["a"]), HANG])
     stream = await upstream.open(REQUEST)
     try:
-        connection = stream._resp.connection  # type: ignore[union-attr]
-        sock = connection.transport.get_extra_info("socket")  # type: ignore[union-attr]
+        transport = stream._resp.transport  # type: ignore[union-attr]
+        sock = transport.get_extra_info("socket")  # type: ignore[union-attr]
         assert sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY)
     finally:
         await stream.aclose()

@@ -121,7 +121,9 @@ class SdkSocket:
 
 
 @contextlib.asynccontextmanager
-async def open_socket(gw: GatewayHarness, kind: str = "websockets", **options: Any) -> AsyncIterator[Any]:
+async def open_socket(
+    gw: GatewayHarness, kind: str = "websockets", **options: Any
+) -> AsyncIterator[Any]:
     if kind == "sdk":
         async with (
             AsyncOpenAI(base_url=gw.url, api_key="test-key", max_retries=0) as client,
@@ -231,7 +233,9 @@ async def test_namespaced_call_then_only_its_output(sock: Socket, gw: GatewayHar
         "call_id": "call_1",
         "output": [{"type": "input_text", "text": "result A"}],
     }
-    answer = final(await turn(sock, input=[output], previous_response_id=final(frames)["id"], **common))
+    answer = final(
+        await turn(sock, input=[output], previous_response_id=final(frames)["id"], **common)
+    )
     assert answer["output"][0]["content"][0]["text"] == "found it"
 
     messages = gw.backend.requests[-1]["messages"]
@@ -320,13 +324,17 @@ async def test_failed_fork_from_another_lane_keeps_parent(gw: GatewayHarness) ->
     async with open_socket(gw) as sock:
         parent = final(await turn(sock, input="hi", store=False, stream_id="a"))["id"]
         gw.backend.script([Status(500, {"error": {"message": "boom", "type": "server_error"}})])
-        forked = await turn(sock, input="x", store=False, previous_response_id=parent, stream_id="b")
+        forked = await turn(
+            sock, input="x", store=False, previous_response_id=parent, stream_id="b"
+        )
         assert forked[-1]["type"] == "error" and forked[-1]["stream_id"] == "b"
         ok = await turn(sock, input="y", store=False, previous_response_id=parent, stream_id="a")
         assert final(ok)["previous_response_id"] == parent
 
 
-async def test_continuation_falls_back_to_the_store(gw: GatewayHarness, client: AsyncOpenAI) -> None:
+async def test_continuation_falls_back_to_the_store(
+    gw: GatewayHarness, client: AsyncOpenAI
+) -> None:
     # Stored over HTTP, continued on a socket that never saw it.
     gw.backend.script([*text_chunks(["from http"]), *END])
     over_http = await client.responses.create(model="m", input="first", store=True)
@@ -379,7 +387,9 @@ async def test_remembered_history_is_not_altered_by_later_turns(gw: GatewayHarne
 
 
 async def test_errors_then_success_on_the_same_socket(sock: Socket, gw: GatewayHarness) -> None:
-    bad_tools = [{"type": "namespace", "name": "ns", "description": "", "tools": [{"type": "function"}]}]
+    bad_tools = [
+        {"type": "namespace", "name": "ns", "description": "", "tools": [{"type": "function"}]}
+    ]
     cases: list[tuple[dict[str, Any] | str, str | None, str | None]] = [
         ({"type": "response.create", "model": "m", "input": "hi", "tools": bad_tools},
          "tools[0].tools[0].name", None),

@@ -6,9 +6,11 @@ have one path. Failures before the stream starts raise `RequestError` with the b
 own status and message (502 when it cannot be reached); failures after it started are
 yielded as a final `UpstreamError` delta, so the caller can end its response cleanly.
 
+The HTTP is `http1.ConnectionPool`, a lean client on asyncio protocols: a general client
+cost more per request and per HTTP chunk than the whole pipeline behind it.
+
 The backend's API key only ever travels in the `Authorization` header; no message, repr
-or exception built here contains it (exceptions are raised `from None` for that reason:
-aiohttp errors may carry the request headers).
+or exception built here contains it (exceptions are raised `from None` for that reason).
 """
 
 from __future__ import annotations
@@ -17,16 +19,22 @@ import asyncio
 from collections.abc import Callable
 from types import TracebackType
 from typing import Any
+from urllib.parse import urlsplit
 
-import aiohttp
 import orjson
-from multidict import CIMultiDict
-from yarl import URL
 
 from ..deltas import Delta, UpstreamError
 from ..errors import RequestError
 from ..sse import SSEDecoder, SSEError
 from .chat_decode import INVALID_CHUNK, ChatChunkDecoder, decode_body, http_error
+from .http1 import (
+    ConnectError,
+    ConnectionPool,
+    HTTPClientError,
+    ProtocolError,
+    ReadTimeout,
+    Response,
+)
 
 ERROR_BODY_LIMIT = 1 << 20  # enough for any error message; a larger body is cut
 JSON_BODY_LIMIT = 64 << 20  # a whole non-streamed completion
@@ -35,6 +43,11 @@ _DRAIN_TIMEOUT = 0.1  # the end of the body follows [DONE] at once; never hold t
 # Shorter than the 5 s keep-alive of uvicorn (vLLM, SGLang) and llama.cpp, so a pooled
 # connection is dropped here before the server drops it under a request.
 KEEPALIVE_TIMEOUT = 4.0
+_CHAT_HEADERS = {
+    "Content-Type": "application/json",
+    "Accept": "text/event-stream",
+    "Accept-Encoding": "identity",
+}
 
 
 class ChatUpstream:
@@ -47,30 +60,40 @@ class ChatUpstream:
         api_key: str | None = None,
         connect_timeout: float = 10,
         idle_timeout: float = 300,
-        session: aiohttp.ClientSession | None = None,
         max_connections: int = 0,
     ) -> None:
         self.base_url = base_url.rstrip("/")
-        self._url = URL(self.base_url)
-        self._chat_url = URL(self.base_url + "/chat/completions")
-        self._models_url = URL(self.base_url + "/models")
+        parts = urlsplit(self.base_url)
+        self._host = parts.hostname
+        self._port = parts.port or (443 if parts.scheme == "https" else 80)
+        self._path = parts.path
         self.connect_timeout = connect_timeout
+        # bounds both the wait for the response head and every gap between body reads; it
+        # does not run while reading is paused by flow control, so a slow client is not idle
         self.idle_timeout = idle_timeout
-        self._auth: dict[str, str] = {"Authorization": f"Bearer {api_key}"} if api_key else {}
-        self._session = session
-        self._owns_session = session is None
+        self._api_key = api_key
         self._max_connections = max_connections  # 0: unlimited, the backend sets the pace
-        # sock_read bounds both the wait for headers and every gap between reads; aiohttp
-        # stops it while reading is paused by flow control, so a slow client is not idle
-        self._timeout = aiohttp.ClientTimeout(
-            total=None,
-            connect=connect_timeout,
-            sock_connect=connect_timeout,
-            sock_read=idle_timeout,
-        )
+        self._pool: ConnectionPool | None = None
+        self._chat_head = b""  # the request head up to Content-Length, without extra headers
 
     def __repr__(self) -> str:
         return f"ChatUpstream({self._where()!r})"
+
+    @property
+    def pool(self) -> ConnectionPool:
+        """The keep-alive connections to the backend (made on first use)."""
+        if self._pool is None:
+            self._pool = ConnectionPool(
+                self.base_url,
+                connect_timeout=self.connect_timeout,
+                keepalive=KEEPALIVE_TIMEOUT,
+                limit=self._max_connections,
+            )
+            head = self._pool.head(
+                "POST", self._path + "/chat/completions", self._headers(_CHAT_HEADERS), None
+            )
+            self._chat_head = head[:-2]  # without the blank line
+        return self._pool
 
     async def open(
         self,
@@ -90,29 +113,27 @@ class ChatUpstream:
             **(options if isinstance(options, dict) else {}),
             "include_usage": True,
         }
-        sent = CIMultiDict(
-            {
-                "Content-Type": "application/json",
-                "Accept": "text/event-stream",
-                "Accept-Encoding": "identity",
-            }
-        )
-        sent.update(self._auth)
+        data = orjson.dumps(body)
+        pool = self.pool
         if headers:
-            for key, value in headers.items():
-                sent[key] = value
-        resp = await self._request(
-            "POST", self._chat_url, data=orjson.dumps(body), headers=sent, allow_redirects=False
-        )
+            head = pool.head(
+                "POST",
+                self._path + "/chat/completions",
+                self._headers({**_CHAT_HEADERS, **headers}),
+                len(data),
+            )
+        else:
+            head = self._chat_head + b"Content-Length: %d\r\n\r\n" % len(data)
+        resp = await self._request(head + data, self.idle_timeout)
         try:
             if resp.status >= 300:
                 raise await _http_error(resp)
             if "json" in resp.content_type:
                 try:
-                    raw = await _read_limited(resp, JSON_BODY_LIMIT)
+                    raw = await resp.read_all(JSON_BODY_LIMIT)
                 except TimeoutError:
                     raise self._timed_out() from None
-                except (aiohttp.ClientError, OSError):
+                except (HTTPClientError, OSError):
                     raise self._closed_early("sending its answer") from None
                 if on_raw is not None:
                     on_raw(raw)
@@ -122,71 +143,73 @@ class ChatUpstream:
                     None, deltas=deltas, status=resp.status, headers=dict(resp.headers)
                 )
         except BaseException:
-            if resp.content.is_eof():
+            if resp.complete:
                 resp.release()
             else:
-                resp.close()
+                resp.abort()
             raise
         return ChatStream(resp, idle_timeout=self.idle_timeout, on_raw=on_raw)
 
     async def get_models(self) -> tuple[int, bytes]:
         """The backend's `GET /models`, status and body as they came."""
-        timeout = aiohttp.ClientTimeout(
-            total=None,
-            connect=self.connect_timeout,
-            sock_connect=self.connect_timeout,
-            sock_read=min(self.idle_timeout, 30),
-        )
-        resp = await self._request("GET", self._models_url, headers=self._auth, timeout=timeout)
+        resp = await self._get_models(min(self.idle_timeout, 30))
         try:
-            return resp.status, await _read_limited(resp, JSON_BODY_LIMIT)
+            return resp.status, await resp.read_all(JSON_BODY_LIMIT)
         except TimeoutError:
             raise self._timed_out() from None
-        except (aiohttp.ClientError, OSError):
+        except (HTTPClientError, OSError):
             raise self._closed_early("listing its models") from None
         finally:
-            resp.release()
+            if resp.complete:
+                resp.release()
+            else:
+                resp.abort()
 
     async def ping(self) -> bool:
         """Readiness: the backend answers `GET /models` with anything but a 5xx."""
-        timeout = aiohttp.ClientTimeout(total=self.connect_timeout)
         try:
-            resp = await self._request("GET", self._models_url, headers=self._auth, timeout=timeout)
-        except RequestError:
+            async with asyncio.timeout(self.connect_timeout):
+                resp = await self._get_models(self.connect_timeout)
+        except (RequestError, TimeoutError):
             return False
-        resp.close()  # the body is not needed; do not wait for it
+        resp.abort()  # the body is not needed; do not wait for it
         return resp.status < 500
 
     async def close(self) -> None:
-        if self._session is not None and self._owns_session:
-            await self._session.close()
-        self._session = None
+        if self._pool is not None:
+            await self._pool.close()
+        self._pool = None
 
-    def _client(self) -> aiohttp.ClientSession:
-        if self._session is None or self._session.closed:
-            connector = aiohttp.TCPConnector(
-                limit=self._max_connections, limit_per_host=0, keepalive_timeout=KEEPALIVE_TIMEOUT
-            )
-            self._session = aiohttp.ClientSession(connector=connector, timeout=self._timeout)
-            self._owns_session = True
-        return self._session
+    def _headers(self, headers: dict[str, str]) -> list[tuple[str, str]]:
+        """Headers merged case-insensitively, the later winning; the key added if none came."""
+        merged = {k.lower(): (k, v) for k, v in headers.items()}
+        if "authorization" not in merged:
+            if self._api_key:
+                merged["authorization"] = ("Authorization", f"Bearer {self._api_key}")
+            elif self.pool.basic_auth:  # credentials in the base URL
+                merged["authorization"] = ("Authorization", self.pool.basic_auth)
+        return list(merged.values())
 
-    async def _request(self, method: str, url: URL, **kwargs: Any) -> aiohttp.ClientResponse:
-        kwargs.setdefault("timeout", self._timeout)
+    async def _get_models(self, timeout: float) -> Response:
+        pool = self.pool
+        head = pool.head("GET", self._path + "/models", self._headers({}), None)
+        return await self._request(head, timeout)
+
+    async def _request(self, payload: bytes, timeout: float) -> Response:
         try:
-            return await self._client().request(method, url, **kwargs)
-        except aiohttp.ClientConnectorError as exc:
-            os_error = exc.os_error
-            if isinstance(os_error, ConnectionRefusedError):
-                reason = "connection refused"
-            else:
-                reason = os_error.strerror or type(os_error).__name__
-            raise self._unreachable(reason) from None
-        except aiohttp.ConnectionTimeoutError:
-            raise self._unreachable(f"no connection within {self.connect_timeout:g} s") from None
-        except TimeoutError:
+            return await self.pool.request(payload, timeout)
+        except ConnectError as exc:
+            raise self._unreachable(exc.reason) from None
+        except ReadTimeout:
             raise self._timed_out() from None
-        except (aiohttp.ClientError, OSError):
+        except ProtocolError as exc:
+            raise RequestError(
+                f"The backend at {self._where()} sent an invalid HTTP answer: {exc}.",
+                status=502,
+                type="server_error",
+                code="upstream_error",
+            ) from None
+        except (HTTPClientError, OSError):
             raise self._closed_early("answering") from None
 
     def _timed_out(self) -> RequestError:
@@ -215,7 +238,7 @@ class ChatUpstream:
 
     def _where(self) -> str:
         # host and port only: a base URL may carry credentials in its userinfo
-        return f"{self._url.host}:{self._url.port}"
+        return f"{self._host}:{self._port}"
 
 
 class ChatStream:
@@ -228,7 +251,7 @@ class ChatStream:
 
     def __init__(
         self,
-        response: aiohttp.ClientResponse | None,
+        response: Response | None,
         *,
         idle_timeout: float = 300,
         deltas: list[Delta] | None = None,
@@ -262,7 +285,7 @@ class ChatStream:
             raise StopAsyncIteration
         while True:
             try:
-                chunk = await resp.content.readany()
+                chunk = await resp.read()
             except asyncio.CancelledError:
                 self._abort()
                 raise
@@ -273,7 +296,7 @@ class ChatStream:
                 return self._fail(
                     [], "upstream_timeout", f"The backend sent nothing for {self.idle_timeout:g} s."
                 )
-            except (aiohttp.ClientError, OSError):
+            except (HTTPClientError, OSError):
                 if self._chat.finished:  # the answer was complete; only the epilogue is lost
                     self._abort()
                     raise StopAsyncIteration from None
@@ -294,10 +317,10 @@ class ChatStream:
         self._pending = None
         resp, self._resp = self._resp, None
         if resp is not None:
-            if resp.content.is_eof() and resp.content.exception() is None:
+            if resp.complete:
                 resp.release()
             else:
-                resp.close()
+                resp.abort()
 
     async def __aenter__(self) -> ChatStream:
         return self
@@ -353,46 +376,38 @@ class ChatStream:
     def _abort(self) -> None:
         resp, self._resp = self._resp, None
         if resp is not None:
-            resp.close()
+            resp.abort()
 
     async def _drain(self) -> None:
-        """After [DONE]: read the (normally already buffered) end of the body, to reuse the connection."""
+        """After [DONE]: read the (normally already there) end of the body, to reuse the connection."""
         resp, self._resp = self._resp, None
         if resp is None:
             return
         seen = 0
-        try:
-            async with asyncio.timeout(_DRAIN_TIMEOUT):
-                while seen <= _DRAIN_LIMIT:
-                    chunk = await resp.content.readany()
-                    if not chunk:
-                        resp.release()
-                        return
+        try:  # once complete, read() never waits: no timer then
+            async with asyncio.timeout(None if resp.complete else _DRAIN_TIMEOUT):
+                while seen <= _DRAIN_LIMIT and (chunk := await resp.read()):
                     seen += len(chunk)
-        except (TimeoutError, aiohttp.ClientError, OSError):
+        except (TimeoutError, HTTPClientError, OSError):
             pass
         except asyncio.CancelledError:
-            resp.close()
+            resp.abort()
             raise
-        resp.close()
+        if resp.complete:
+            resp.release()
+        else:
+            resp.abort()
 
 
-async def _read_limited(resp: aiohttp.ClientResponse, limit: int) -> bytes:
-    buf = bytearray()
-    while len(buf) < limit:
-        chunk = await resp.content.readany()
-        if not chunk:
-            break
-        buf += chunk
-    return bytes(buf[:limit])
-
-
-async def _http_error(resp: aiohttp.ClientResponse) -> RequestError:
+async def _http_error(resp: Response) -> RequestError:
     """A backend's non-2xx answer, with its status, message, type, code and param kept."""
     if resp.status < 400:
         return http_error(resp.status, b"", resp.headers)
     try:
-        raw = await _read_limited(resp, ERROR_BODY_LIMIT)
-    except (TimeoutError, aiohttp.ClientError, OSError):
+        raw = await resp.read_all(ERROR_BODY_LIMIT)
+    except (TimeoutError, HTTPClientError, OSError):
         raw = b""
-    return http_error(resp.status, raw, resp.headers)
+    exc = http_error(resp.status, raw, resp.headers)
+    if exc.status == 429 and exc.code is None:  # clients key on it, as on OpenAI's own 429s
+        exc.code = "rate_limit_exceeded"
+    return exc

@@ -17,6 +17,7 @@ from codex_harness import (
     CodexRun,
     SniffingProxy,
     codex_binary,
+    http_get_json,
     result_text,
     run_codex,
     start_gateway,
@@ -69,12 +70,13 @@ async def test_codex_over_websocket(tmp_path: Path) -> None:
         run = await run_codex(
             f"http://127.0.0.1:{proxy.port}/v1", PROMPT, tmp_path, supports_websockets=True
         )
-        # TODO(server-side check): once the gateway reports WebSocket sessions (for example
-        # `GET /debug/stats` or a log line), also assert here, from the gateway itself, that
-        # it served this turn's response.create frames on a socket. The relay below already
-        # proves it on the wire.
+        # From the gateway itself: every turn (warm-up, the call, the turn carrying its
+        # output) was served on a socket and none over HTTP.
+        stats = (await http_get_json(f"http://127.0.0.1:{gateway.port}/healthz"))["stats"]
     assert_tool_round_trip(run)
     assert run.fallback_messages() == [], run.describe()
+    assert stats["ws_connections"] >= 1 and stats["http_turns"] == 0, stats
+    assert stats["ws_turns"] >= 3, stats  # warm-up, the call turn, the turn with its output
     traffic = proxy.traffic
     # Codex falls back to HTTP *silently* when the upgrade is refused with 426/404/405, so
     # the absence of a fallback message is not enough: the upgrade must have been accepted

@@ -1,0 +1,91 @@
+"""Store operations as operators see them: one count per operation and outcome.
+
+`observe_store` instruments a store in place (its public coroutines are replaced on the
+instance), so the object keeps its class: code and tests that ask `isinstance(store,
+MemoryStore)` still get the answer they expect. Outcomes: `ok`, `miss` (an unknown
+response id: None or False back) and `error` (it raised, e.g. `StoreUnavailable`, or a
+ping said no).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any, Protocol, TypeVar
+
+S = TypeVar("S")
+
+_COUNTED = (
+    "put",
+    "get",
+    "get_response",
+    "delete",
+    "input_items",
+    "append_event",
+    "end_events",
+    "request_cancel",
+    "ping",
+)
+_LOOKUPS = frozenset({"get", "get_response", "delete", "input_items"})
+
+
+class _Labelled(Protocol):
+    def labels(self, *values: str) -> Any: ...
+
+
+def observe_store(store: S, counter: _Labelled) -> S:
+    """Count every call of `store`'s operations in `counter` (labels: operation, outcome)."""
+    for name in _COUNTED:
+        method = getattr(store, name, None)
+        if method is not None:
+            setattr(store, name, _counted(name, method, counter))
+    events = getattr(store, "events", None)
+    if events is not None:
+        setattr(store, "events", _counted_events(events, counter))  # noqa: B010
+    return store
+
+
+def _counted(
+    name: str, method: Callable[..., Awaitable[Any]], counter: _Labelled
+) -> Callable[..., Awaitable[Any]]:
+    @functools.wraps(method)
+    async def call(*args: Any, **kwargs: Any) -> Any:
+        try:
+            result = await method(*args, **kwargs)
+        except Exception:
+            counter.labels(name, "error").inc()
+            raise
+        if result is False and name == "ping":
+            outcome = "error"
+        elif name in _LOOKUPS and not result and result != {}:
+            outcome = "miss"  # None (unknown id), or False from delete
+        else:
+            outcome = "ok"
+        counter.labels(name, outcome).inc()
+        return result
+
+    return call
+
+
+def _counted_events(
+    method: Callable[..., AsyncIterator[Any]], counter: _Labelled
+) -> Callable[..., AsyncIterator[Any]]:
+    @functools.wraps(method)
+    async def events(*args: Any, **kwargs: Any) -> AsyncIterator[Any]:
+        outcome = "ok"
+        try:
+            inner = method(*args, **kwargs)
+            closing = (
+                contextlib.aclosing(inner) if hasattr(inner, "aclose") else contextlib.nullcontext()
+            )
+            async with closing:
+                async for item in inner:
+                    yield item
+        except Exception:
+            outcome = "error"
+            raise
+        finally:
+            counter.labels("events", outcome).inc()
+
+    return events
