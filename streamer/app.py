@@ -187,6 +187,47 @@ async def _start(app: web.Application) -> None:
     app[GATEWAY] = gateway
 
 
+class _Shutdown:
+    """The drain started when shutdown begins, awaited once the sockets are closed."""
+
+    __slots__ = ("task",)
+
+    def __init__(self) -> None:
+        self.task: asyncio.Task[None] | None = None
+
+
+SHUTDOWN = web.AppKey("shutdown", _Shutdown)
+# After the drain, aiohttp waits this long for any handler left (a replay follower ends
+# as soon as its background turn has), then cancels it.
+SHUTDOWN_BACKSTOP = 1.0
+
+
+async def _begin_shutdown(app: web.Application) -> None:
+    """SIGTERM: the listener is closed already. In-flight HTTP turns get `--shutdown-grace`
+    seconds to finish, alongside the WebSocket sessions' own drain."""
+    deadline = asyncio.get_running_loop().time() + app[SETTINGS].shutdown_grace
+    app[SHUTDOWN].task = asyncio.create_task(_drain(app, deadline))
+
+
+async def _drain(app: web.Application, deadline: float) -> None:
+    from .http import IN_FLIGHT
+
+    gateway = app.get(GATEWAY)
+    if gateway is None:  # startup failed
+        return
+    await app[IN_FLIGHT].drain(deadline)
+    # Background turns run on while the HTTP turns drain (they are not waited for on their
+    # own); what still runs is ended now, as failed in the store, so its followers see
+    # that end before the server waits for them.
+    await gateway.background.close()
+
+
+async def _finish_shutdown(app: web.Application) -> None:
+    task = app[SHUTDOWN].task
+    if task is not None:
+        await task
+
+
 async def _stop(app: web.Application) -> None:
     gateway = app.get(GATEWAY)
     if gateway is not None:
@@ -213,11 +254,14 @@ def create_app(settings: Settings) -> web.Application:
     )
     app[SETTINGS] = settings
     app.on_response_prepare.append(_add_request_id)
+    app[SHUTDOWN] = _Shutdown()
     app.on_startup.append(_start)
+    app.on_shutdown.append(_begin_shutdown)  # first: the deadline runs from here
     app.on_cleanup.append(_stop)
     websocket.add_routes(app)  # GET /v1/responses (upgrade) before the HTTP routes
     http.add_routes(app)
     retrieval.add_routes(app)
+    app.on_shutdown.append(_finish_shutdown)  # last: after the WebSocket sessions closed
     return app
 
 
@@ -239,6 +283,6 @@ def serve(settings: Settings) -> None:
         port=settings.port,
         print=None,
         handler_cancellation=True,
-        shutdown_timeout=settings.shutdown_grace,
+        shutdown_timeout=SHUTDOWN_BACKSTOP,  # the grace is spent in the on_shutdown drain
         loop=uvloop.new_event_loop() if uvloop else None,
     )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 from typing import Any
@@ -23,6 +24,56 @@ SSE_HEADERS = {
     "Cache-Control": "no-cache",
     "X-Accel-Buffering": "no",
 }
+SHUT_DOWN = "The gateway shut down before the response finished; retry the request."
+
+
+class InFlight:
+    """The HTTP turns being served, so that a shutdown lets them finish, then ends the rest.
+
+    At the deadline each remaining turn's task is cancelled with `cut` set: the turn
+    then ends as `response.failed` (SSE and JSON alike), stored as such, instead of
+    being torn off mid-frame.
+    """
+
+    __slots__ = ("closing", "cut", "tasks")
+
+    def __init__(self) -> None:
+        self.tasks: set[asyncio.Task[Any]] = set()
+        self.closing = False  # shutting down: no new turns
+        self.cut = False  # the deadline passed: a cancelled turn ends as failed
+
+    async def drain(self, deadline: float) -> None:
+        """Let the turns run until `deadline` (loop time), then end the rest as failed."""
+        self.closing = True
+        loop = asyncio.get_running_loop()
+        if self.tasks:
+            await asyncio.wait(list(self.tasks), timeout=max(0.0, deadline - loop.time()))
+        if self.tasks:
+            self.cut = True
+            for task in self.tasks:
+                task.cancel()
+            await asyncio.wait(list(self.tasks), timeout=1.0)  # each only writes its end
+
+    def absorb_cut(self) -> bool:
+        """In a cancelled turn: whether the deadline cancelled it (the cancel is then undone)."""
+        if not self.cut:
+            return False
+        task = asyncio.current_task()
+        if task is not None:
+            task.uncancel()
+        return True
+
+
+IN_FLIGHT = web.AppKey("in_flight", InFlight)
+
+
+def shutting_down() -> RequestError:
+    return RequestError(
+        "The server is shutting down; retry the request.",
+        status=503,
+        type="server_error",
+        code="server_shutting_down",
+    )
 
 
 def json_response(
@@ -66,36 +117,74 @@ async def read_json(request: web.Request) -> Any:
 async def create_response(request: web.Request) -> web.StreamResponse:
     """POST /v1/responses."""
     gateway = request.app[GATEWAY]
+    in_flight = request.app[IN_FLIGHT]
+    if in_flight.closing:
+        raise shutting_down()
     body = await read_json(request)
     turn = await gateway.prepare(body, request)
     gateway.stats["http_turns"] += 1
     if body.get("background"):
         return await gateway.background.create(request, turn)
-    if not body.get("stream"):
+    task = asyncio.current_task()
+    assert task is not None
+    in_flight.tasks.add(task)
+    try:
+        if not body.get("stream"):
+            return await collect_json(gateway, turn, in_flight)
+        return await stream_sse(request, gateway, turn, in_flight)
+    finally:
+        in_flight.tasks.discard(task)
+
+
+async def collect_json(gateway: Gateway, turn: Any, in_flight: InFlight) -> web.Response:
+    try:
         async with contextlib.aclosing(observed(gateway, turn, "json")) as events:
             response = await collect(events, turn)
-        await gateway.remember(turn)
-        return json_response(response)
-    return await stream_sse(request, gateway, turn)
+    except asyncio.CancelledError:
+        if not in_flight.absorb_cut():
+            raise
+        turn.streamer.fail("server_error", SHUT_DOWN)
+        response = turn.response
+    await gateway.remember(turn)
+    return json_response(response)
 
 
-async def stream_sse(request: web.Request, gateway: Gateway, turn: Any) -> web.StreamResponse:
+async def stream_sse(
+    request: web.Request, gateway: Gateway, turn: Any, in_flight: InFlight
+) -> web.StreamResponse:
     """Serve a turn as SSE: one write per batch of events ready at once."""
     events = observed(gateway, turn, "sse")
     try:
         first = await anext(events)  # opens the backend: its refusal is still an HTTP error
+    except asyncio.CancelledError:
+        await events.aclose()
+        if not in_flight.absorb_cut():
+            raise
+        raise shutting_down() from None
     except BaseException:
         await events.aclose()
         raise
     reply = web.StreamResponse(headers={**SSE_HEADERS, "X-Request-Id": request_id.get() or ""})
     await reply.prepare(request)
     streamer = turn.streamer
+    ending: list[Any] = []  # the last batch, while it is being stored and not yet written
     try:
         await reply.write(sse.encode_many(first))
         async for batch in events:
             if streamer.done:  # stored before the client sees the end, so it can chain at once
+                ending = batch
                 await gateway.remember(turn)
+                ending = []
             await reply.write(sse.encode_many(batch))
+    except asyncio.CancelledError:
+        if not in_flight.absorb_cut():
+            raise
+        # The shutdown deadline: end the stream well. A write that was interrupted has
+        # already handed its bytes to the transport, so only an unwritten end remains.
+        tail = ending or streamer.fail("server_error", SHUT_DOWN)
+        if tail:
+            await gateway.remember(turn)
+            await reply.write(sse.encode_many(tail))
     finally:
         await events.aclose()
     await reply.write_eof()
@@ -136,6 +225,7 @@ async def metrics(request: web.Request) -> web.Response:
 
 
 def add_routes(app: web.Application) -> None:
+    app[IN_FLIGHT] = InFlight()
     app.router.add_post("/v1/responses", create_response)
     app.router.add_get("/v1/models", list_models)
     app.router.add_get("/healthz", healthz)

@@ -53,6 +53,8 @@ async def observed(gateway: Gateway, turn: Turn, transport: str) -> AsyncIterato
     finally:
         active.dec()
         status = turn.response["status"]
+        if not turn.streamer.done:  # refused before any event, or the client went away
+            status = "refused" if first else "abandoned"
         metrics.duration.labels(status).observe(time.monotonic() - started)
         error = turn.response.get("error")
         if status == "failed" and error:

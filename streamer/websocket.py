@@ -314,7 +314,7 @@ async def responses_socket(request: web.Request) -> web.StreamResponse:
     ws = web.WebSocketResponse(
         heartbeat=HEARTBEAT,
         compress=True,  # permessage-deflate when the client offers it
-        max_msg_size=gateway.settings.ws_max_message_bytes,
+        max_msg_size=gateway.settings.ws_max_message_bytes + 1,  # aiohttp refuses at the size
     )
     if not ws.can_prepare(request).ok:
         raise RequestError(

@@ -222,6 +222,9 @@ async def test_metrics_show_active_streams_and_sockets() -> None:
             while orjson.loads((await ws.receive(timeout=10)).data)["type"] != "response.completed":
                 pass
         await until(lambda: _is(active("streamer_active_websockets"), 0))
+        samples = await scrape(http, gw)
+        assert value(samples, "streamer_events_sent_total", transport="websocket") >= 3
+        assert value(samples, "streamer_active_streams", transport="websocket") == 0
 
 
 async def _is(awaitable: Any, expected: float) -> bool:
@@ -297,7 +300,8 @@ async def test_every_answer_carries_a_request_id() -> None:
         # a sane client id is kept, so a trace can cross the gateway; anything else is not
         for offered, kept in (
             ("trace-abc_123:4.5", True),
-            ("bad id with spaces", False), ("a/b", False),
+            ("bad id with spaces", False),
+            ("a/b", False),
             ("x" * 200, False),
         ):
             async with http.get(root + "/healthz", headers={"X-Request-Id": offered}) as resp:

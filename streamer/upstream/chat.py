@@ -27,14 +27,8 @@ from ..deltas import Delta, UpstreamError
 from ..errors import RequestError
 from ..sse import SSEDecoder, SSEError
 from .chat_decode import INVALID_CHUNK, ChatChunkDecoder, decode_body, http_error
-from .http1 import (
-    ConnectError,
-    ConnectionPool,
-    HTTPClientError,
-    ProtocolError,
-    ReadTimeout,
-    Response,
-)
+from .http1 import ConnectionPool, Response
+from .http1_wire import ConnectError, HTTPClientError, ProtocolError, ReadTimeout
 
 ERROR_BODY_LIMIT = 1 << 20  # enough for any error message; a larger body is cut
 JSON_BODY_LIMIT = 64 << 20  # a whole non-streamed completion
@@ -143,10 +137,7 @@ class ChatUpstream:
                     None, deltas=deltas, status=resp.status, headers=dict(resp.headers)
                 )
         except BaseException:
-            if resp.complete:
-                resp.release()
-            else:
-                resp.abort()
+            resp.release()  # kept if the whole body is in, else cut
             raise
         return ChatStream(resp, idle_timeout=self.idle_timeout, on_raw=on_raw)
 
@@ -160,10 +151,7 @@ class ChatUpstream:
         except (HTTPClientError, OSError):
             raise self._closed_early("listing its models") from None
         finally:
-            if resp.complete:
-                resp.release()
-            else:
-                resp.abort()
+            resp.release()  # kept if the whole body is in, else cut
 
     async def ping(self) -> bool:
         """Readiness: the backend answers `GET /models` with anything but a 5xx."""
@@ -172,7 +160,7 @@ class ChatUpstream:
                 resp = await self._get_models(self.connect_timeout)
         except (RequestError, TimeoutError):
             return False
-        resp.abort()  # the body is not needed; do not wait for it
+        resp.release()  # the body is not needed: kept if it is all there, else cut
         return resp.status < 500
 
     async def close(self) -> None:
@@ -317,10 +305,7 @@ class ChatStream:
         self._pending = None
         resp, self._resp = self._resp, None
         if resp is not None:
-            if resp.complete:
-                resp.release()
-            else:
-                resp.abort()
+            resp.release()  # kept if the whole body is in, else cut
 
     async def __aenter__(self) -> ChatStream:
         return self
@@ -339,18 +324,17 @@ class ChatStream:
             )
         out: list[Delta] = []
         chat = self._chat
+        feed = chat.feed
         for message in messages:
-            deltas = chat.feed(message.data, message.event)
+            deltas = feed(message.data, message.event)
             if deltas:
-                if type(deltas[-1]) is UpstreamError:
-                    out.extend(deltas)
+                out += deltas
+                if deltas[-1].__class__ is UpstreamError:
                     self._ended = True
                     self._abort()
                     return out
-                out.extend(deltas)
-            if chat.done:
-                self._ended = True  # the next __anext__ drains to EOF and ends
-                break
+        if chat.done:  # [DONE]: what followed it decoded to nothing
+            self._ended = True  # the next __anext__ drains to EOF and ends
         return out
 
     def _eof(self) -> list[Delta]:
@@ -384,19 +368,17 @@ class ChatStream:
         if resp is None:
             return
         seen = 0
-        try:  # once complete, read() never waits: no timer then
-            async with asyncio.timeout(None if resp.complete else _DRAIN_TIMEOUT):
-                while seen <= _DRAIN_LIMIT and (chunk := await resp.read()):
-                    seen += len(chunk)
+        try:
+            if not resp.complete:
+                async with asyncio.timeout(_DRAIN_TIMEOUT):
+                    while seen <= _DRAIN_LIMIT and (chunk := await resp.read()):
+                        seen += len(chunk)
         except (TimeoutError, HTTPClientError, OSError):
             pass
         except asyncio.CancelledError:
             resp.abort()
             raise
-        if resp.complete:
-            resp.release()
-        else:
-            resp.abort()
+        resp.release()  # kept if the whole body is in, else cut
 
 
 async def _http_error(resp: Response) -> RequestError:

@@ -1,21 +1,20 @@
 """A lean HTTP/1.1 client on asyncio protocols: one request at a time per kept-alive connection.
 
 Made for the streaming POST to a Chat Completions backend, where a general client (aiohttp's)
-costs more per request and per HTTP chunk than the gateway's whole pipeline. The chunk framing
-is stripped with one `find` and one `int` per chunk, the body is handed over once per socket
-read, and the idle timeout is one timer per response that is pushed back lazily.
+costs more per request and per HTTP chunk than the gateway's whole pipeline behind it. The
+body is handed over once per socket read, de-chunked in bulk (`http1_wire`), and the idle
+timeout is one timer per response, pushed back lazily rather than per read.
 
 - `ConnectionPool(url)`: keep-alive connections to one origin, reused last-in first-out and
-  dropped after `keepalive` idle seconds; `await pool.request(...)` -> `Response` once the
-  head has arrived.
-- `Response.read()`: the next body bytes (b"" at the end); more than `HIGH_WATER` unread
-  pauses the socket, so a slow consumer's backpressure reaches the server through TCP, and
-  the idle timeout does not run while paused.
-- `Response.release()` keeps a fully read connection, `abort()` cuts it at once.
-- Errors: `ConnectError` (no connection), `ReadTimeout` (a `TimeoutError`: no head or no
-  body bytes within the idle timeout), `ServerDisconnected`, `ProtocolError` (garbage).
-
-The pure parsers, `parse_head` and `ChunkedDecoder`, take plain bytes.
+  dropped after `keepalive` idle seconds; `await pool.request(payload, timeout)` returns a
+  `Response` once its head has arrived.
+- `Response.read()`: the body bytes that have arrived (b"" at the end). More than
+  `HIGH_WATER` unread pauses the socket, so a slow consumer's backpressure reaches the
+  server through TCP; the idle timeout does not run while paused.
+- `Response.release()` keeps a connection whose body has all arrived; `abort()` cuts it.
+- Errors (from `http1_wire`): `ConnectError` (no connection), `ReadTimeout` (a
+  `TimeoutError`: no head, or no body bytes, within the idle timeout), `ServerDisconnected`,
+  `ProtocolError` (not HTTP).
 """
 
 from __future__ import annotations
@@ -30,182 +29,22 @@ from urllib.parse import unquote, urlsplit
 
 from multidict import CIMultiDict
 
+from .http1_wire import (
+    MAX_HEAD,
+    ChunkedDecoder,
+    ConnectError,
+    HTTPClientError,
+    ProtocolError,
+    ReadTimeout,
+    ServerDisconnected,
+    body_length,
+    parse_head,
+)
+
 HIGH_WATER = 256 << 10  # unread body bytes above which the socket is paused
-MAX_HEAD = 64 << 10  # status line and headers
-MAX_HEADERS = 256
-MAX_LINE = 4096  # a chunk-size line, with its extensions
-MAX_TRAILERS = 16 << 10
 STALE_AFTER = 1.0  # see ConnectionPool.request
 
 _HEAD, _BODY, _DONE = 1, 2, 3  # phases of a response
-_SIZE, _DATA, _CRLF, _TRAILER, _END = range(5)  # states of the chunked decoder
-
-
-class HTTPClientError(Exception):
-    """Base of the errors raised here; none of them carries request headers."""
-
-
-class ConnectError(HTTPClientError):
-    """No connection: refused, unresolvable, TLS failure or connect timeout."""
-
-    def __init__(self, reason: str) -> None:
-        super().__init__(reason)
-        self.reason = reason
-
-
-class ServerDisconnected(HTTPClientError, ConnectionError):
-    """The server closed the connection before the response ended."""
-
-
-class ProtocolError(HTTPClientError):
-    """The server's bytes are not a valid HTTP/1.1 response."""
-
-
-class ReadTimeout(HTTPClientError, TimeoutError):
-    """Nothing arrived from the server for the idle timeout."""
-
-
-# -- pure parsing -----------------------------------------------------------------------
-
-
-def parse_head(head: bytes) -> tuple[int, str, CIMultiDict[str], bool]:
-    """Status line and headers (without the blank line) -> status, reason, headers, HTTP/1.1."""
-    lines = head.split(b"\r\n")
-    parts = lines[0].split(b" ", 2)
-    version = parts[0]
-    if len(parts) < 2 or version not in (b"HTTP/1.1", b"HTTP/1.0"):
-        raise ProtocolError(f"bad status line {lines[0][:80]!r}")
-    code = parts[1]
-    if len(code) != 3 or not code.isdigit():
-        raise ProtocolError(f"bad status code {code[:20]!r}")
-    if len(lines) > MAX_HEADERS + 1:
-        raise ProtocolError("too many headers")
-    headers: CIMultiDict[str] = CIMultiDict()
-    for line in lines[1:]:
-        name, sep, value = line.partition(b":")
-        if not sep or not name or name != name.strip() or b" " in name or b"\t" in name:
-            raise ProtocolError(f"bad header line {line[:80]!r}")
-        headers.add(name.decode("latin-1"), value.strip(b" \t").decode("latin-1"))
-    reason = parts[2].decode("latin-1") if len(parts) > 2 else ""
-    return int(code), reason, headers, version == b"HTTP/1.1"
-
-
-def body_length(status: int, headers: CIMultiDict[str]) -> int | None:
-    """How the body is delimited: its length, -1 chunked, None until the connection closes."""
-    if status < 200 or status in (204, 304):
-        return 0
-    coding = headers.getall("Transfer-Encoding", None)
-    if coding:
-        last = ",".join(coding).rsplit(",", 1)[-1].strip().lower()
-        return -1 if last == "chunked" else None
-    lengths = headers.getall("Content-Length", None)
-    if not lengths:
-        return None
-    values = {v.strip() for value in lengths for v in value.split(",")}
-    if len(values) != 1 or not (value := values.pop()).isdigit() or not value.isascii():
-        raise ProtocolError(f"bad content-length {lengths!r}")
-    return int(value)
-
-
-class ChunkedDecoder:
-    """`Transfer-Encoding: chunked` -> the payload; fed the bytes split anywhere.
-
-    `feed` returns the payload bytes completed by this piece; `done` is set after the last
-    chunk and its trailers (ignored), and `tail` holds whatever followed them.
-    """
-
-    __slots__ = ("_left", "_line", "_state", "_trailers", "done", "tail")
-
-    def __init__(self) -> None:
-        self._state = _SIZE
-        self._left = 0  # data bytes of the current chunk still to come, or CRLF bytes (_CRLF)
-        self._line = b""  # an incomplete size or trailer line
-        self._trailers = 0
-        self.done = False
-        self.tail = b""
-
-    def feed(self, data: bytes) -> bytes:
-        if self._line:
-            data, self._line = self._line + data, b""
-        out: list[bytes] = []
-        pos, n, state = 0, len(data), self._state
-        find = data.find
-        while pos < n:
-            if state == _SIZE:  # the hot loop: a find, an int and a slice per chunk
-                eol = find(b"\r\n", pos)
-                if eol < 0:
-                    if n - pos > MAX_LINE:
-                        raise ProtocolError("chunk-size line too long")
-                    self._line = data[pos:]
-                    break
-                line = data[pos:eol]
-                if line.isalnum() and len(line) <= 15:
-                    try:
-                        size = int(line, 16)
-                    except ValueError:
-                        raise ProtocolError(f"bad chunk size {line!r}") from None
-                else:
-                    size = _chunk_size(line)
-                start = eol + 2
-                if size == 0:
-                    state, pos = _TRAILER, eol
-                    continue
-                end = start + size
-                if end + 2 <= n:
-                    if not data.startswith(b"\r\n", end):
-                        raise ProtocolError("chunk data not followed by CRLF")
-                    out.append(data[start:end])
-                    pos = end + 2
-                    continue
-                out.append(data[start:end])
-                if end <= n:
-                    state, self._left, pos = _CRLF, 2, end
-                else:
-                    state, self._left, pos = _DATA, end - n, n
-            elif state == _DATA:
-                take = min(self._left, n - pos)
-                out.append(data[pos : pos + take])
-                pos += take
-                self._left -= take
-                if not self._left:
-                    state, self._left = _CRLF, 2
-            elif state == _CRLF:
-                want = b"\r\n"[2 - self._left :]
-                got = data[pos : pos + len(want)]
-                if not want.startswith(got):
-                    raise ProtocolError("chunk data not followed by CRLF")
-                pos += len(got)
-                self._left -= len(got)
-                if not self._left:
-                    state = _SIZE
-            elif state == _TRAILER:  # at a CRLF that ends the previous line
-                eol = find(b"\r\n", pos + 2)
-                if eol < 0:
-                    self._line = data[pos:]
-                    if len(self._line) > MAX_TRAILERS:
-                        raise ProtocolError("trailers too large")
-                    break
-                self._trailers += eol - pos
-                if self._trailers > MAX_TRAILERS:
-                    raise ProtocolError("trailers too large")
-                if eol == pos + 2:  # an empty line: the end of the body
-                    state, self.done, self.tail = _END, True, data[eol + 2 :]
-                    break
-                pos = eol
-            else:  # _END: nothing more belongs to this body
-                self.tail += data[pos:]
-                break
-        self._state = state
-        if not out:
-            return b""
-        return out[0] if len(out) == 1 else b"".join(out)
-
-
-def _chunk_size(line: bytes) -> int:
-    size = line.split(b";", 1)[0].strip(b" \t")  # an extension, or whitespace before one
-    if not size or len(size) > 15 or size.strip(b"0123456789abcdefABCDEF"):
-        raise ProtocolError(f"bad chunk size {line[:40]!r}")
-    return int(size, 16)
 
 
 # -- one connection ---------------------------------------------------------------------
@@ -253,7 +92,8 @@ class Response:
         return bytes(buf[:limit])
 
     def release(self) -> None:
-        """Done with it: the connection goes back to the pool if the body ended cleanly."""
+        """Done with it: the connection goes back to the pool if the whole body has arrived
+        (unread, it is dropped), else it is cut."""
         conn, self._conn = self._conn, None
         if conn is not None:
             conn.pool.release(conn)
@@ -279,7 +119,7 @@ class _Connection(asyncio.Protocol):
         self.got_any = False  # any byte of the current response arrived
         self.chunks: list[bytes] = []
         self.status, self.reason, self.headers = 0, "", CIMultiDict[str]()
-        self._head = b""
+        self._head = bytearray()  # a head split over reads
         self._left: int | None = None  # body bytes to come; None: until close; -1: chunked
         self._chunked: ChunkedDecoder | None = None
         self._unread = 0
@@ -296,7 +136,8 @@ class _Connection(asyncio.Protocol):
         """Send one request; return its response once the head has arrived."""
         assert self.transport is not None
         self.phase, self.got_any, self.reusable, self._exc = _HEAD, False, False, None
-        self._head, self._unread = b"", 0
+        self._head.clear()
+        self._unread = 0
         self.chunks = []
         self._timeout = timeout
         self.transport.write(payload)
@@ -398,13 +239,23 @@ class _Connection(asyncio.Protocol):
     # -- parsing ------------------------------------------------------------------------
 
     def _parse_head(self, data: bytes) -> None:
-        head = self._head + data if self._head else data
+        pending = self._head
+        if pending:  # accumulate in place: a head trickling in is not copied over and over
+            start = max(0, len(pending) - 3)
+            pending += data
+            if pending.find(b"\r\n\r\n", start) < 0:
+                if len(pending) > MAX_HEAD:
+                    raise ProtocolError("response head too large")
+                return
+            data = bytes(pending)
+            pending.clear()
+        head = data
         while True:
             end = head.find(b"\r\n\r\n")
             if end < 0:
                 if len(head) > MAX_HEAD:
                     raise ProtocolError("response head too large")
-                self._head = head
+                pending += head
                 return
             if end > MAX_HEAD:
                 raise ProtocolError("response head too large")
@@ -415,7 +266,6 @@ class _Connection(asyncio.Protocol):
             if status == 101:
                 raise ProtocolError("unexpected protocol switch")
             # 1xx: informational, the real head follows
-        self._head = b""
         self.status, self.reason, self.headers = status, reason, headers
         connection = headers.get("Connection", "").lower()
         self.reusable = "close" not in connection and (http11 or "keep-alive" in connection)
@@ -632,18 +482,23 @@ class ConnectionPool:
             raise ConnectError("connection refused") from None
         except OSError as exc:
             raise ConnectError(exc.strerror or str(exc) or type(exc).__name__) from None
-        if self._closed or conn.closed:
+        if self._closed:
             conn.abort()
-            raise ConnectError("the connection closed at once")
+            raise ConnectError("the client is closed")
+        if conn.closed:
+            raise ServerDisconnected("the server closed the connection at once")
         return conn
 
     def release(self, conn: _Connection) -> None:
+        """Back to the pool if its response ended cleanly (unread bytes of it are dropped)."""
         self._forget(conn)
-        if conn.phase != _DONE or not conn.reusable or conn.chunks or self._closed:
+        if conn.phase != _DONE or not conn.reusable or conn._paused or self._closed:
             conn.abort()
             return
         if conn.closed:
             return
+        conn.chunks = []
+        conn._unread = 0
         conn.idle_since = self._loop.time()
         self._idle.append(conn)
         if self._sweeper is None:

@@ -1,0 +1,299 @@
+"""Graceful shutdown of a real `python -m streamer serve` process on SIGTERM.
+
+The gateway must stop accepting connections at once, let the turns in flight (SSE, JSON,
+WebSocket, background) finish until `--shutdown-grace` runs out, then end what is left
+well: SSE and JSON turns as `response.failed`, WebSockets closed with 1001 (going away),
+background responses failed in the store (Redis, read back by another process), and exit 0.
+
+`GatewayProcess` / `gateway_process` are shared with tests/test_load.py.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import signal
+import socket
+import sys
+import time
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import orjson
+import pytest
+from redis_server import RedisServer, requires_redis
+from scripted_backend import DONE, HANG, ScriptedBackend, Sleep, finish, text_chunks, usage
+from test_faults import BODY, DEADLINE, Outcome, check_events, client_session, parse_sse
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@dataclass
+class GatewayProcess:
+    process: asyncio.subprocess.Process
+    port: int
+    log_path: Path
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/v1"
+
+    @property
+    def ws_url(self) -> str:
+        return f"ws://127.0.0.1:{self.port}/v1/responses"
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
+
+    def rss(self) -> int:
+        """Resident memory of the gateway process, in bytes."""
+        for line in Path(f"/proc/{self.process.pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) * 1024
+        raise AssertionError("no VmRSS")
+
+    def accepts(self) -> bool:
+        """Whether a new TCP connection to the gateway is accepted."""
+        try:
+            with socket.create_connection(("127.0.0.1", self.port), timeout=1):
+                return True
+        except OSError:
+            return False
+
+    async def wait(self, timeout: float) -> int:
+        return await asyncio.wait_for(self.process.wait(), timeout)
+
+
+@contextlib.asynccontextmanager
+async def gateway_process(log_path: Path, *args: str) -> AsyncIterator[GatewayProcess]:
+    """`python -m streamer serve --port <free> *args`, ready (healthz) until the block ends."""
+    port = free_port()
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")]))
+    with log_path.open("wb") as log:
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "streamer", "serve", "--host", "127.0.0.1", "--port", str(port),
+            *args, cwd=REPO, env=env, stdin=asyncio.subprocess.DEVNULL, stdout=log, stderr=log,
+        )  # fmt: skip
+    gateway = GatewayProcess(proc, port, log_path)
+    try:
+        deadline = time.monotonic() + 30
+        async with aiohttp.ClientSession() as session:
+            while True:
+                assert proc.returncode is None, f"gateway exited early:\n{gateway.log()}"
+                with contextlib.suppress(aiohttp.ClientError):
+                    async with session.get(f"http://127.0.0.1:{port}/healthz") as resp:
+                        if resp.status == 200:
+                            break
+                assert time.monotonic() < deadline, f"gateway not ready:\n{gateway.log()}"
+                await asyncio.sleep(0.05)
+        yield gateway
+    finally:
+        if proc.returncode is None:
+            proc.kill()
+            await proc.wait()
+
+
+async def _stream_until_delta(
+    session: aiohttp.ClientSession, url: str, body: dict[str, Any]
+) -> tuple[aiohttp.ClientResponse, bytes]:
+    resp = await session.post(url + "/responses", json={**body, "stream": True})
+    assert resp.status == 200, await resp.text()
+    seen = b""
+    while b"output_text.delta" not in seen:
+        data = await resp.content.readany()
+        assert data, seen
+        seen += data
+    return resp, seen
+
+
+async def _finish_stream(resp: aiohttp.ClientResponse, seen: bytes) -> Outcome:
+    async with asyncio.timeout(DEADLINE):
+        seen += await resp.read()  # a torn body raises ClientPayloadError
+    events = parse_sse(seen)
+    response = check_events(events)
+    code = response["error"]["code"] if response.get("error") else None
+    return Outcome(200, code, response, events=events)
+
+
+async def _ws_until_delta(
+    session: aiohttp.ClientSession, gw: GatewayProcess, body: dict[str, Any]
+) -> aiohttp.ClientWebSocketResponse:
+    ws = await session.ws_connect(gw.ws_url)
+    await ws.send_bytes(orjson.dumps({"type": "response.create", **body}))
+    first = await ws.receive()  # response.created: the turn is in flight
+    assert orjson.loads(first.data)["type"] == "response.created", first
+    return ws
+
+
+async def _ws_rest(ws: aiohttp.ClientWebSocketResponse) -> tuple[list[dict[str, Any]], int | None]:
+    """Every frame until the server closes the socket, and the code of its close frame
+    (None: the connection ended without one)."""
+    frames = []
+    async with asyncio.timeout(DEADLINE):
+        while True:
+            message = await ws.receive()
+            if message.type == aiohttp.WSMsgType.CLOSE:
+                return frames, message.data
+            if message.type != aiohttp.WSMsgType.TEXT:
+                return frames, None
+            frames.append(orjson.loads(message.data))
+
+
+async def _refused_within(gw: GatewayProcess, seconds: float) -> bool:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if not await asyncio.to_thread(gw.accepts):
+            return True
+        await asyncio.sleep(0.02)
+    return False
+
+
+def _slow_answer(text: str) -> list[Any]:
+    """Text, a second of silence, more text, a normal end: a turn that takes ~1 s."""
+    return [*text_chunks([text]), Sleep(1.0), *text_chunks([" done"], role=False),
+            finish("stop"), usage(3, 2), DONE]  # fmt: skip
+
+
+async def test_sigterm_lets_turns_finish_and_closes_sockets_1001(tmp_path: Path) -> None:
+    async with ScriptedBackend() as backend:
+        backend.responder = lambda body: _slow_answer(body["messages"][-1]["content"])
+        async with (
+            gateway_process(tmp_path / "gw.log", "--upstream", backend.base_url,
+                            "--shutdown-grace", "10") as gw,
+            client_session() as session,
+        ):  # fmt: skip
+            streams = [
+                await _stream_until_delta(session, gw.url, {**BODY, "input": f"sse {i}"})
+                for i in range(3)
+            ]
+            json_turn = asyncio.ensure_future(
+                session.post(gw.url + "/responses", json={**BODY, "input": "json"})
+            )
+            busy = await _ws_until_delta(session, gw, {**BODY, "input": "ws"})
+            idle = await session.ws_connect(gw.ws_url)
+            while len(backend.requests) < 5:  # all five turns reached the backend
+                await asyncio.sleep(0.01)
+
+            signalled = time.monotonic()
+            gw.process.send_signal(signal.SIGTERM)
+            # every client keeps reading, as real ones do (a socket's close needs an answer)
+            ends = asyncio.gather(
+                *(_finish_stream(resp, seen) for resp, seen in streams),
+                _ws_rest(busy),
+                _ws_rest(idle),
+            )
+            assert await _refused_within(gw, 0.5), "still accepting connections after SIGTERM"
+
+            *outcomes, (frames, code), (idle_frames, idle_code) = await ends
+            for i, outcome in enumerate(outcomes):
+                assert outcome.response is not None and outcome.response["status"] == "completed"
+                assert outcome.text == f"sse {i} done"
+            async with asyncio.timeout(DEADLINE):
+                resp = await json_turn
+                body = await resp.json()
+            assert resp.status == 200 and body["status"] == "completed", body
+            assert frames[-1]["type"] == "response.completed", frames[-1]
+            assert frames[-1]["response"]["output"][0]["content"][0]["text"] == "ws done"
+            assert code == 1001
+            assert (idle_frames, idle_code) == ([], 1001)
+
+            assert await gw.wait(DEADLINE) == 0, gw.log()
+            # it left as soon as its turns were done, not at the end of its grace
+            assert time.monotonic() - signalled < 10
+            assert "Traceback" not in gw.log(), gw.log()
+        assert backend.disconnects == 0  # no backend request was cut
+
+
+async def test_sigterm_deadline_ends_turns_as_failed(tmp_path: Path) -> None:
+    async with ScriptedBackend() as backend:
+        backend.responder = lambda body: [*text_chunks(["Hel"]), HANG]
+        async with (
+            gateway_process(tmp_path / "gw.log", "--upstream", backend.base_url,
+                            "--shutdown-grace", "1") as gw,
+            client_session() as session,
+        ):  # fmt: skip
+            resp, seen = await _stream_until_delta(session, gw.url, BODY)
+            json_turn = asyncio.ensure_future(session.post(gw.url + "/responses", json=BODY))
+            ws = await _ws_until_delta(session, gw, BODY)
+            while len(backend.requests) < 3:
+                await asyncio.sleep(0.01)
+
+            signalled = time.monotonic()
+            gw.process.send_signal(signal.SIGTERM)
+            socket_end = asyncio.ensure_future(_ws_rest(ws))
+            outcome = await _finish_stream(resp, seen)  # well-formed to its last frame
+            cut_at = time.monotonic() - signalled
+            assert outcome.response is not None and outcome.response["status"] == "failed"
+            assert outcome.code == "server_error"
+            assert "shut down" in outcome.response["error"]["message"]
+            assert outcome.text == "Hel"  # what was streamed is kept
+            assert cut_at >= 0.9, f"ended {cut_at:.2f} s after SIGTERM, before its grace"
+            async with asyncio.timeout(DEADLINE):
+                resp = await json_turn
+                body = await resp.json()
+            assert resp.status == 200 and body["status"] == "failed", body
+            assert body["error"]["code"] == "server_error"
+            frames, code = await socket_end
+            assert code == 1001, (code, frames)
+
+            assert await gw.wait(DEADLINE) == 0, gw.log()
+            assert "Traceback" not in gw.log(), gw.log()
+        for rec in backend.records[-3:]:  # and every backend request was let go
+            await rec.wait_disconnect(DEADLINE)
+
+
+@pytest.mark.redis
+@requires_redis
+async def test_sigterm_background_responses_are_not_lost(tmp_path: Path) -> None:
+    async with RedisServer() as redis, ScriptedBackend() as backend:
+        store = ["--store", redis.url]
+
+        def answer(body: Any) -> list[Any]:
+            text = body["messages"][-1]["content"]
+            return _slow_answer(text) if text == "done" else [*text_chunks(["Hel"]), HANG]
+
+        backend.responder = answer
+        async with client_session() as session:
+            async with gateway_process(tmp_path / "a.log", "--upstream", backend.base_url,
+                                       "--shutdown-grace", "2", *store) as gw:  # fmt: skip
+                ids = {}
+                for text in ("done", "stuck"):
+                    body = {**BODY, "input": text, "background": True}
+                    async with session.post(gw.url + "/responses", json=body) as resp:
+                        assert resp.status == 200, await resp.text()
+                        ids[text] = (await resp.json())["id"]
+                async with session.get(f"{gw.url}/responses/{ids['done']}?stream=true") as resp:
+                    assert parse_sse(await resp.read())[-1]["type"] == "response.completed"
+                # a stream in flight, so the shutdown has something to drain meanwhile
+                stream, seen = await _stream_until_delta(session, gw.url, {**BODY, "input": "sse"})
+                gw.process.send_signal(signal.SIGTERM)
+                outcome = await _finish_stream(stream, seen)
+                assert outcome.response is not None and outcome.response["status"] == "failed"
+                assert await gw.wait(DEADLINE) == 0, gw.log()
+                assert "Traceback" not in gw.log(), gw.log()
+            # another instance, on the same store, reads what the first one left
+            async with gateway_process(tmp_path / "b.log", "--upstream", backend.base_url,
+                                       *store) as other:  # fmt: skip
+                for text, status in (("done", "completed"), ("stuck", "failed")):
+                    rid = ids[text]
+                    async with session.get(f"{other.url}/responses/{rid}") as resp:
+                        record = await resp.json()
+                    assert record["status"] == status, record
+                    async with session.get(f"{other.url}/responses/{rid}?stream=true") as resp:
+                        events = parse_sse(await resp.read())
+                    assert events[-1]["type"] == f"response.{status}", events[-1]
+                    assert events[-1]["response"]["status"] == status
+                    if status == "failed":
+                        assert events[-1]["response"]["error"]["code"] == "server_error"
+                        assert "shut down" in events[-1]["response"]["error"]["message"]
