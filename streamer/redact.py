@@ -132,10 +132,12 @@ class _RedactingStream:
             batch = await self.inner.__anext__()
         except RequestError as exc:
             raise scrub_error(exc, self.secrets) from None
-        for delta in batch:
-            if type(delta) is UpstreamError:
-                delta.message = scrub(delta.message, self.secrets)
-                delta.code = scrub(delta.code, self.secrets)
+        # A failure is always the batch's last delta (the stream ends there): one check
+        # per batch, not one per delta.
+        if batch and type(batch[-1]) is UpstreamError:
+            delta = batch[-1]
+            delta.message = scrub(delta.message, self.secrets)
+            delta.code = scrub(delta.code, self.secrets)
         return batch
 
     async def aclose(self) -> None:
