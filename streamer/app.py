@@ -197,29 +197,20 @@ class _Shutdown:
 
 
 SHUTDOWN = web.AppKey("shutdown", _Shutdown)
-# After the drain, aiohttp waits this long for any handler left (a replay follower ends
-# as soon as its background turn has), then cancels it.
+# After the drain, aiohttp waits this long for any handler left, then cancels it: a
+# follower of a background turn is cut there (it can resume on another instance), and
+# the turn itself is ended as failed in the store on cleanup (`_stop`).
 SHUTDOWN_BACKSTOP = 1.0
 
 
 async def _begin_shutdown(app: web.Application) -> None:
     """SIGTERM: the listener is closed already. In-flight HTTP turns get `--shutdown-grace`
-    seconds to finish, alongside the WebSocket sessions' own drain."""
-    deadline = asyncio.get_running_loop().time() + app[SETTINGS].shutdown_grace
-    app[SHUTDOWN].task = asyncio.create_task(_drain(app, deadline))
-
-
-async def _drain(app: web.Application, deadline: float) -> None:
+    seconds to finish, alongside the WebSocket sessions' own drain; background turns run
+    on meanwhile."""
     from .http import IN_FLIGHT
 
-    gateway = app.get(GATEWAY)
-    if gateway is None:  # startup failed
-        return
-    await app[IN_FLIGHT].drain(deadline)
-    # Background turns run on while the HTTP turns drain (they are not waited for on their
-    # own); what still runs is ended now, as failed in the store, so its followers see
-    # that end before the server waits for them.
-    await gateway.background.close()
+    deadline = asyncio.get_running_loop().time() + app[SETTINGS].shutdown_grace
+    app[SHUTDOWN].task = asyncio.create_task(app[IN_FLIGHT].drain(deadline))
 
 
 async def _finish_shutdown(app: web.Application) -> None:

@@ -140,12 +140,13 @@ async def collect_json(gateway: Gateway, turn: Any, in_flight: InFlight) -> web.
     try:
         async with contextlib.aclosing(observed(gateway, turn, "json")) as events:
             response = await collect(events, turn)
+        await gateway.remember(turn)
     except asyncio.CancelledError:
         if not in_flight.absorb_cut():
             raise
-        turn.streamer.fail("server_error", SHUT_DOWN)
+        turn.streamer.fail("server_error", SHUT_DOWN)  # nothing, if it had finished
         response = turn.response
-    await gateway.remember(turn)
+        await gateway.remember(turn)
     return json_response(response)
 
 

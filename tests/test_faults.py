@@ -373,6 +373,8 @@ class Ledger:
     """Per fault and transport: rounds run, what the client saw, what was lost."""
 
     rows: dict[tuple[str, str], dict[str, Any]] = field(default_factory=dict)
+    # per transport: client disconnects, median and worst backend cut delay (seconds)
+    cuts: dict[str, tuple[int, float, float]] = field(default_factory=dict)
 
     def add(self, fault: Fault, transport: str, outcome: Outcome, lost: int) -> None:
         row = self.rows.setdefault((fault.name, transport), {"n": 0, "seen": Counter(), "lost": 0})
@@ -389,6 +391,12 @@ class Ledger:
             seen = ", ".join(f"{k} x{v}" for k, v in row["seen"].items())
             lost = "nothing" if row["lost"] == 0 else f"{row['lost']} rounds"
             lines.append(f"| {name} | {transport} | {row['n']} | {seen} | {lost} |")
+        for transport, (count, median, worst) in sorted(self.cuts.items()):
+            lines.append(
+                f"| client leaves mid-turn | {transport} | {count} | backend request cancelled"
+                f" in {median * 1000:.1f} ms (median), {worst * 1000:.1f} ms (worst);"
+                " no task, socket, connection or turn object left | nothing |"
+            )
         return "\n".join(lines)
 
 
@@ -398,7 +406,7 @@ LEDGER = Ledger()
 @pytest.fixture(scope="module", autouse=True)
 def fault_table() -> Iterator[Ledger]:
     yield LEDGER
-    if LEDGER.rows:
+    if LEDGER.rows or LEDGER.cuts:
         table = LEDGER.markdown()
         print("\n" + table)
         target = os.environ.get("STREAMER_FAULT_TABLE")
@@ -567,6 +575,7 @@ async def run_disconnects(transport: str, count: int, concurrency: int) -> list[
     delays.sort()
     worst, which = delays[-1]
     median = delays[len(delays) // 2][0]
+    LEDGER.cuts[transport] = (count, median, worst)
     assert worst < CUT_WITHIN, (
         f"the backend request of {which!r} outlived its client by {worst * 1000:.1f} ms"
         f" (median {median * 1000:.1f} ms, next {[round(d * 1000) for d, _ in delays[-5:-1]]})"

@@ -26,8 +26,25 @@ import aiohttp
 import orjson
 import pytest
 from redis_server import RedisServer, requires_redis
-from scripted_backend import DONE, HANG, ScriptedBackend, Sleep, finish, text_chunks, usage
-from test_faults import BODY, DEADLINE, Outcome, check_events, client_session, parse_sse
+from scripted_backend import (
+    DONE,
+    HANG,
+    DelayHeaders,
+    ScriptedBackend,
+    Sleep,
+    finish,
+    text_chunks,
+    usage,
+)
+from test_faults import (
+    BODY,
+    DEADLINE,
+    Outcome,
+    check_error_body,
+    check_events,
+    client_session,
+    parse_sse,
+)
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -216,8 +233,13 @@ async def test_sigterm_lets_turns_finish_and_closes_sockets_1001(tmp_path: Path)
 
 
 async def test_sigterm_deadline_ends_turns_as_failed(tmp_path: Path) -> None:
+    def answer(body: Any) -> list[Any]:
+        if body["messages"][-1]["content"] == "unanswered":
+            return [DelayHeaders(3600)]  # the backend never even answers
+        return [*text_chunks(["Hel"]), HANG]
+
     async with ScriptedBackend() as backend:
-        backend.responder = lambda body: [*text_chunks(["Hel"]), HANG]
+        backend.responder = answer
         async with (
             gateway_process(tmp_path / "gw.log", "--upstream", backend.base_url,
                             "--shutdown-grace", "1") as gw,
@@ -225,8 +247,13 @@ async def test_sigterm_deadline_ends_turns_as_failed(tmp_path: Path) -> None:
         ):  # fmt: skip
             resp, seen = await _stream_until_delta(session, gw.url, BODY)
             json_turn = asyncio.ensure_future(session.post(gw.url + "/responses", json=BODY))
+            unanswered = asyncio.ensure_future(
+                session.post(
+                    gw.url + "/responses", json={**BODY, "input": "unanswered", "stream": True}
+                )
+            )
             ws = await _ws_until_delta(session, gw, BODY)
-            while len(backend.requests) < 3:
+            while len(backend.requests) < 4:
                 await asyncio.sleep(0.01)
 
             signalled = time.monotonic()
@@ -244,12 +271,16 @@ async def test_sigterm_deadline_ends_turns_as_failed(tmp_path: Path) -> None:
                 body = await resp.json()
             assert resp.status == 200 and body["status"] == "failed", body
             assert body["error"]["code"] == "server_error"
+            async with asyncio.timeout(DEADLINE):  # nothing was streamed yet: an HTTP error
+                resp = await unanswered
+                body = await resp.json()
+            assert resp.status == 503 and check_error_body(body) == "server_shutting_down"
             frames, code = await socket_end
             assert code == 1001, (code, frames)
 
             assert await gw.wait(DEADLINE) == 0, gw.log()
             assert "Traceback" not in gw.log(), gw.log()
-        for rec in backend.records[-3:]:  # and every backend request was let go
+        for rec in backend.records[-4:]:  # and every backend request was let go
             await rec.wait_disconnect(DEADLINE)
 
 

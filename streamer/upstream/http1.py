@@ -497,6 +497,9 @@ class ConnectionPool:
             return
         if conn.closed:
             return
+        if conn.transport is not None and conn.transport.get_write_buffer_size():
+            conn.abort()  # answered before the request was all sent: its rest is in the way
+            return
         conn.chunks = []
         conn._unread = 0
         conn.idle_since = self._loop.time()
