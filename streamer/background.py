@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from collections import deque
 from typing import Any
 
 import orjson
@@ -47,6 +48,7 @@ class Background:
         # decides that instance is gone and ends the response itself.
         self.cancel_wait = cancel_wait
         self.tasks: dict[str, asyncio.Task[None]] = {}
+        self.unlogged: dict[str, deque[Event]] = {}
 
     async def create(self, request: web.Request, turn: Turn) -> web.StreamResponse:
         """Accept a background turn: stored as queued, then run in its own task."""
@@ -103,6 +105,7 @@ class Background:
             cancelled.cancel()
             if step is None or step.done():
                 await events.aclose()
+            self.unlogged.pop(response_id, None)
             with contextlib.suppress(Exception):
                 await self.gateway.store.end_events(response_id)
 
@@ -120,12 +123,19 @@ class Background:
         await self.gateway.store.put(stored(turn))
 
     async def _log(self, turn: Turn, events: list[Event]) -> None:
+        """Append events to the store's log in order. An event leaves the turn's queue only
+        once logged, so a log interrupted by shutdown is finished before the failure
+        events that follow it (no gap in the sequence numbers)."""
         store = self.gateway.store
         response_id = turn.response["id"]
-        for event in events:
+        pending = self.unlogged.setdefault(response_id, deque())
+        pending.extend(events)
+        while pending:
+            event = pending[0]
             if event.type in _STATUS_EVENTS:
                 await self._put(turn)
             await store.append_event(response_id, event.seq, event.data)
+            pending.popleft()
 
     async def cancel(self, response_id: str) -> dict[str, Any] | None:
         """Ask whichever instance runs it to cancel; return the response once it ended."""

@@ -37,6 +37,20 @@ from .tools import ResponsesToolNames, ToolIdentity
 
 _dumps = orjson.dumps
 
+# `error.code`s a client can act on: the spec's (`ResponseError.code`), plus the ones
+# Codex classifies itself (context window, quota, plan).
+FAILURE_CODES = frozenset(
+    {
+        "server_error", "rate_limit_exceeded", "invalid_prompt", "vector_store_timeout",
+        "invalid_image", "invalid_image_format", "invalid_base64_image", "invalid_image_url",
+        "image_too_large", "image_too_small", "image_parse_error",
+        "image_content_policy_violation", "invalid_image_mode", "image_file_too_large",
+        "unsupported_image_media_type", "empty_image_file", "failed_to_download_image",
+        "image_file_not_found", "context_length_exceeded", "insufficient_quota",
+        "usage_not_included",
+    }
+)  # fmt: skip
+
 # Finish reasons that end the response `incomplete`, and the reason they report.
 _INCOMPLETE = {"length": "max_output_tokens", "content_filter": "content_filter"}
 
@@ -180,18 +194,32 @@ class OutputItemStreamer:
             self._terminal("completed", "response.completed")
         return self._take()
 
-    def fail(self, code: str, message: str, *, status: str = "failed") -> list[Event]:
-        """End with `response.failed` (`status` may be `cancelled` for a cancelled turn)."""
+    def fail(self, code: str, message: str) -> list[Event]:
+        """End with `response.failed` and `error: {code, message}`.
+
+        `code` stays when clients know it (the spec's codes, and the ones Codex acts on);
+        any other becomes `server_error`, keeping the original in `type`.
+        """
+        error: dict[str, Any] = {"code": code, "message": message}
+        if code not in FAILURE_CODES:
+            error = {"code": "server_error", "message": message, "type": code}
+        return self._end("failed", error)
+
+    def cancel(self) -> list[Event]:
+        """A cancelled background turn: `response.failed` whose response is `cancelled`.
+
+        The event grammar has no cancelled event; `response.failed` is the terminal event
+        every client already handles.
+        """
+        return self._end("cancelled", None)
+
+    def _end(self, status: str, error: dict[str, Any] | None) -> list[Event]:
         if self.done:
             return []
         self._close_all("incomplete")
-        self.response["error"] = {"code": code, "message": message}
+        self.response["error"] = error
         self._terminal(status, "response.failed")
         return self._take()
-
-    def cancel(self) -> list[Event]:
-        """A cancelled background turn: `response.failed` carrying status `cancelled`."""
-        return self.fail("cancelled", "The response was cancelled.", status="cancelled")
 
     # -- deltas -------------------------------------------------------------------
 

@@ -46,7 +46,7 @@ from scripted_backend import (
 )
 from sdk_models import validate_event, validate_response
 
-from streamer.output import OutputItemStreamer
+from streamer.output import FAILURE_CODES, OutputItemStreamer
 from streamer.pipeline import Turn
 from streamer.upstream.chat import ChatStream
 from streamer.websocket import SESSIONS, Session
@@ -147,10 +147,14 @@ def check_error_body(body: Any) -> str | None:
 
 
 def _failure_code(response: dict[str, Any]) -> str | None:
+    """The failure's meaningful code: a gateway-specific one travels in `error.type`
+    under the spec's `server_error` (the SDK's enum has no room for it)."""
     if response["status"] == "failed":
-        code = response["error"]["code"]
-        assert isinstance(code, str) and code and response["error"]["message"], response
-        return code
+        error = response["error"]
+        code = error["code"]
+        assert code in SDK_CODES or code in FAILURE_CODES, response
+        assert isinstance(code, str) and code and error["message"], response
+        return error.get("type") or code if code == "server_error" else code
     assert response.get("error") is None, response
     return None
 

@@ -3,51 +3,22 @@
 `GrammarChecker.feed(event)` returns the violations that event causes, `finish()` those the
 end of the stream causes. Each violation carries a stable `rule` id (see RULES) and the
 0-based position of the event in the stream, so a test or a CI job can match them exactly.
+
+The checker follows the stream: sequence numbers, the response lifecycle, items opening and
+closing, call ids and tool identities, the terminal event. What streams into an open item is
+checked by `items.Item`; which tools a call may name, by `identity.ToolCheck`.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, Any
+
+from streamer.tap.identity import CALL_TYPES, ToolCheck, default_ns
+from streamer.tap.items import PART_EVENTS, Item, part_text, text_stream
+from streamer.tap.rules import RULES, Violation
 
 if TYPE_CHECKING:
     from streamer.tools import ResponsesToolNames
-
-RULES: dict[str, str] = {
-    "event.malformed": "a frame that is not a JSON object with a string `type`",
-    "sequence.start": "sequence_number starts at 0",
-    "sequence.step": "sequence_number rises by one",
-    "sequence.missing": "every Responses event carries sequence_number (`error` may omit it)",
-    "stream_id.changed": "stream_id is constant within a stream",
-    "first_event": "the first event is response.created or response.queued (or error)",
-    "lifecycle.duplicate": "response.created / response.queued appear at most once",
-    "response.id_changed": "every lifecycle event carries the same response id",
-    "item.id_missing": "output_item.added carries an item with an id",
-    "item.output_index": "output_index rises by one from 0, one per added item",
-    "item.added_while_open": "no item is added while another is open",
-    "item.done_unmatched": "output_item.done closes the open item (same id, type, index)",
-    "item.not_done": "every added item is done before response.completed/incomplete",
-    "ref.item": "a delta, part or text event refers to the open item",
-    "ref.item_type": "a delta suits its item's type",
-    "ref.part": "a text delta or done refers to an open content part / summary index",
-    "part.index": "content_index / summary_index rise by one from 0 within an item",
-    "part.unmatched": "a part's done matches its added (index, type) while open",
-    "part.not_done": "every content part / summary part is done before its item",
-    "delta.after_done": "no delta after its text/arguments done event",
-    "done.mismatch": "done texts, arguments and inputs equal the concatenated deltas",
-    "call.id_missing": "function and custom tool calls carry a call_id",
-    "call.id_changed": "a call's call_id is the same on added, done and the terminal output",
-    "call.id_duplicate": "call ids are unique within a response",
-    "call.identity_changed": "a call's name and namespace agree on added, done and terminal",
-    "tool.flat_name": "a call does not carry a flat backend name of a namespaced tool",
-    "tool.namespace_missing": "a call to a namespace member carries `namespace`",
-    "tool.undeclared": "a call's (namespace, name) is a declared tool",
-    "tool.kind": "a call's item type matches its tool's kind (function/custom)",
-    "terminal.status": "the terminal event's response.status matches its type",
-    "terminal.trailing": "exactly one terminal event, and nothing after it",
-    "terminal.missing": "the stream ends with a terminal event (or error)",
-    "terminal.output": "the terminal output equals the items done (ids, types, call ids)",
-}
 
 TERMINALS = {
     "response.completed": "completed",
@@ -55,115 +26,11 @@ TERMINALS = {
     "response.failed": "failed",
 }
 STARTS = ("response.created", "response.queued")
-CALL_KINDS = {"function_call": "function", "custom_tool_call": "custom"}
-CALL_TYPES = tuple(CALL_KINDS)
-DEFAULT_NAMESPACES = (None, "", "functions")  # Codex routes these as "no namespace"
-
-
-class Stream(NamedTuple):
-    """A streamed text: `response.<stem>.delta` events, then `response.<stem>.done`."""
-
-    item_type: str
-    family: str | None  # the part index it writes into ("content", "summary"), or the item
-    part_type: str | None
-    field: str  # the full text's field on the .done event
-
-
-STREAMS: dict[str, Stream] = {
-    "output_text": Stream("message", "content", "output_text", "text"),
-    "refusal": Stream("message", "content", "refusal", "refusal"),
-    "reasoning_text": Stream("reasoning", "content", "reasoning_text", "text"),
-    "reasoning_summary_text": Stream("reasoning", "summary", "summary_text", "text"),
-    "function_call_arguments": Stream("function_call", None, None, "arguments"),
-    "custom_tool_call_input": Stream("custom_tool_call", None, None, "input"),
-}
-PART_EVENTS = {
-    "response.content_part.added": ("content", True),
-    "response.content_part.done": ("content", False),
-    "response.reasoning_summary_part.added": ("summary", True),
-    "response.reasoning_summary_part.done": ("summary", False),
-}
-
-
-@dataclass(frozen=True, slots=True)
-class Violation:
-    position: int
-    rule: str
-    message: str
-
-
-@dataclass(slots=True)
-class _Part:
-    type: str
-    chunks: list[str] = field(default_factory=list)
-    open: bool = True
-    text_done: bool = False
-
-
-@dataclass(slots=True)
-class _Item:
-    id: str | None
-    type: str
-    output_index: int
-    call_id: str | None
-    name: str | None
-    namespace: str | None
-    parts: dict[tuple[str, int], _Part] = field(default_factory=dict)
-    args: list[str] = field(default_factory=list)
-    args_streamed: bool = False
-    args_done: bool = False
-
-
-def part_text(part: Any) -> str | None:
-    """The text a content or summary part holds (`refusal` for refusals)."""
-    if not isinstance(part, dict):
-        return None
-    value = part.get("refusal") if part.get("type") == "refusal" else part.get("text")
-    return value if isinstance(value, str) else None
 
 
 def is_responses_type(kind: str) -> bool:
     """Responses events (checked) versus vendor passthrough events such as codex.*."""
     return kind.startswith("response.") or kind == "error"
-
-
-def default_ns(namespace: Any) -> Any:
-    return None if namespace in DEFAULT_NAMESPACES else namespace
-
-
-class ToolCheck:
-    """A call's (namespace, name) against the tools a request declared (a ResponsesToolNames)."""
-
-    def __init__(self, names: ResponsesToolNames) -> None:
-        self.names = names
-        self.declared: dict[tuple[Any, str], str] = {}
-        for tool in names.tools:
-            ident = tool.identity
-            self.declared[(default_ns(ident.namespace), ident.name)] = ident.kind
-        self.members = {name for ns, name in self.declared if ns is not None}
-
-    def check(self, item_type: str, name: Any, namespace: Any) -> tuple[str, str] | None:
-        """A (rule, message) pair when the call surface is wrong, else None."""
-        if not isinstance(name, str):
-            return None
-        ns = default_ns(namespace)
-        kind = self.declared.get((ns, name))
-        if kind is None:
-            if ns is not None:
-                return "tool.undeclared", f"{namespace}/{name} is not a declared tool"
-            ident = self.names.decode(name)
-            if default_ns(ident.namespace) is not None:
-                return (
-                    "tool.flat_name",
-                    f"{name!r} is the flat name of {ident.namespace}/{ident.name}: the call "
-                    "must carry namespace and the bare name",
-                )
-            if name in self.members:
-                return "tool.namespace_missing", f"{name!r} is a namespace member: no namespace"
-            return None  # an undeclared top-level name: passed through, not ours to judge
-        if kind != CALL_KINDS.get(item_type):
-            return "tool.kind", f"a {item_type} to a {kind} tool {name!r}"
-        return None
 
 
 class GrammarChecker:
@@ -196,8 +63,8 @@ class GrammarChecker:
         self.seen_responses_event = False
         self.response_id: str | None = None
         self.terminal: str | None = None
-        self.open: dict[Any, _Item] = {}  # by item id; more than one only after a violation
-        self.done_items: list[_Item] = []
+        self.open: dict[Any, Item] = {}  # by item id; more than one only after a violation
+        self.done_items: list[Item] = []
         self.added_count = 0
         self.call_ids: set[str] = set()
         self.tool_checked: set[tuple[int, str | None, str | None]] = set()
@@ -236,13 +103,17 @@ class GrammarChecker:
         handler = _HANDLERS.get(kind)
         if handler is not None:
             handler(self, event)
-        elif kind in PART_EVENTS:
-            self._on_part(event, kind)
+            return
+        text = text_stream(kind)
+        if kind not in PART_EVENTS and text is None:
+            return  # a Responses event the grammar says nothing about
+        item = self._open_item(event)
+        if item is None:
+            return
+        if text is None:
+            item.part(event, kind, self._flag)
         else:
-            stem, _, suffix = kind.removeprefix("response.").rpartition(".")
-            stream = STREAMS.get(stem)
-            if stream is not None and suffix in ("delta", "done"):
-                self._on_text(event, kind, stream, suffix == "done")
+            item.text(event, kind, *text, self._flag)
 
     def finish(self) -> list[Violation]:
         """End-of-stream checks; positions point one past the last event."""
@@ -279,7 +150,7 @@ class GrammarChecker:
         elif sid != self._stream_id:
             self._flag("stream_id.changed", f"stream_id {sid!r}, was {self._stream_id!r}")
 
-    def _open_item(self, event: dict[str, Any]) -> _Item | None:
+    def _open_item(self, event: dict[str, Any]) -> Item | None:
         """The open item an event refers to by `item_id`, or None (a ref.item violation)."""
         item_id, index = event.get("item_id"), event.get("output_index")
         item = self.open.get(item_id)
@@ -375,7 +246,7 @@ class GrammarChecker:
         self.added_count += 1
         if not given.get("id"):
             self._flag("item.id_missing", f"a {given.get('type')} item without an id")
-        item = _Item(
+        item = Item(
             id=given.get("id"),
             type=str(given.get("type")),
             output_index=index if isinstance(index, int) else -1,
@@ -407,33 +278,12 @@ class GrammarChecker:
             )
             if item is None:
                 return
-        for (family, index), part in item.parts.items():
-            if part.open:
-                self._flag("part.not_done", f"{family} part {index} of {item.id!r} is open")
-        self._check_item_texts(item, given)
+        item.close(given, self._flag)
         self._check_call_surface(item, given, "output_item.done")
         self.done_items.append(item)
         del self.open[item.id]
 
-    def _check_item_texts(self, item: _Item, given: dict[str, Any]) -> None:
-        if item.args_streamed:
-            field_name = "arguments" if item.type == "function_call" else "input"
-            if given.get(field_name) != "".join(item.args):
-                self._flag(
-                    "done.mismatch", f"item {field_name} differ from the concatenated deltas"
-                )
-        for (family, index), part in item.parts.items():
-            key = "summary" if family == "summary" else "content"
-            parts = given.get(key)
-            got = (
-                part_text(parts[index]) if isinstance(parts, list) and index < len(parts) else None
-            )
-            if got != "".join(part.chunks):
-                self._flag(
-                    "done.mismatch", f"item {key}[{index}] differs from the concatenated deltas"
-                )
-
-    def _check_call_surface(self, item: _Item, given: dict[str, Any], where: str) -> None:
+    def _check_call_surface(self, item: Item, given: dict[str, Any], where: str) -> None:
         if item.type not in CALL_TYPES:
             return
         if given.get("call_id") != item.call_id:
@@ -450,7 +300,7 @@ class GrammarChecker:
                 f"{item.name!r} {item.namespace!r}",
             )
 
-    def _check_tool(self, item: _Item, name: Any, namespace: Any) -> bool:
+    def _check_tool(self, item: Item, name: Any, namespace: Any) -> bool:
         """Declared-tool checks (only with `names`), each distinct surface value once."""
         if self.tools is None:
             return True
@@ -463,69 +313,6 @@ class GrammarChecker:
             return True
         self._flag(*found)
         return False
-
-    # -- deltas and parts --------------------------------------------------------------------
-
-    def _part_for(self, item: _Item, event: dict[str, Any], family: str) -> _Part | None:
-        index = event.get("summary_index" if family == "summary" else "content_index")
-        part = item.parts.get((family, index)) if isinstance(index, int) else None
-        if part is None or not part.open:
-            state = "not added" if part is None else "already done"
-            self._flag("ref.part", f"{family} index {index!r} of {item.id!r} is {state}")
-            return None
-        return part
-
-    def _on_text(self, event: dict[str, Any], kind: str, stream: Stream, done: bool) -> None:
-        item = self._open_item(event)
-        if item is None:
-            return
-        if item.type != stream.item_type:
-            self._flag("ref.item_type", f"{kind} on a {item.type} item")
-            return
-        if stream.family is None:
-            chunks, was_done = item.args, item.args_done
-            item.args_streamed = True
-            item.args_done = item.args_done or done
-        else:
-            part = self._part_for(item, event, stream.family)
-            if part is None:
-                return
-            if part.type != stream.part_type:
-                self._flag("ref.item_type", f"{kind} into a {part.type} part")
-            chunks, was_done = part.chunks, part.text_done
-            part.text_done = part.text_done or done
-        if done:
-            if event.get(stream.field) != "".join(chunks):
-                self._flag("done.mismatch", f"{kind} {stream.field} differs from the deltas")
-            return
-        if was_done:
-            self._flag("delta.after_done", f"{kind} after its .done")
-        delta = event.get("delta")
-        chunks.append(delta if isinstance(delta, str) else "")
-
-    def _on_part(self, event: dict[str, Any], kind: str) -> None:
-        family, added = PART_EVENTS[kind]
-        item = self._open_item(event)
-        if item is None:
-            return
-        index = event.get("summary_index" if family == "summary" else "content_index")
-        ptype = str((event.get("part") or {}).get("type"))
-        if added:
-            expected = sum(1 for f, _ in item.parts if f == family)
-            if index != expected or (family, index) in item.parts:
-                self._flag("part.index", f"{family} index {index!r}, expected {expected}")
-                if (family, index) in item.parts:
-                    return
-            item.parts[(family, index)] = _Part(ptype)  # type: ignore[index]
-            return
-        part = item.parts.get((family, index)) if isinstance(index, int) else None
-        if part is None or not part.open or part.type != ptype:
-            state = "not open" if part is None or not part.open else f"a {part.type} part"
-            self._flag("part.unmatched", f"{kind} for {family} {index!r} ({ptype}): {state}")
-            return
-        part.open = False
-        if part_text(event.get("part")) != "".join(part.chunks):
-            self._flag("done.mismatch", f"{kind} text differs from the concatenated deltas")
 
 
 _HANDLERS = {

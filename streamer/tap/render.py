@@ -7,23 +7,24 @@ Three modes share one `Renderer`:
 - `follow`: one line per event, printed as it arrives;
 - `json`: one object per event `{position, t, type, event, identity, violations}`, then one
   `{"summary": {...}}` object.
-All end with a summary: items, calls by identity, tokens, time to first event, events/s.
+All end with a summary (`summary`): items, calls by identity, tokens, timing.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, TextIO
 
 import orjson
 
 from streamer import deltas as d
-from streamer.tap.grammar import Violation, part_text
-from streamer.tap.sources import CHAT_SSE, TERMINAL_TYPES, ChatDone
+from streamer.tap.identity import identity, label
+from streamer.tap.items import part_text
+from streamer.tap.rules import Violation
+from streamer.tap.sources import TERMINAL_TYPES, ChatDone
+from streamer.tap.summary import Summary, ms, rows
 
-CALL_KINDS = {"function_call": "function", "custom_tool_call": "custom"}
 COLORS = {"dim": "2", "bold": "1", "red": "31", "green": "32", "yellow": "33", "blue": "34"}
 COLORS |= {"magenta": "35", "cyan": "36"}
 STATUS_COLOR = {"completed": "green", "incomplete": "yellow", "failed": "red"}
@@ -37,28 +38,6 @@ CHAT_TYPES = {
     d.Usage: "chat.usage",
     d.UpstreamError: "chat.error",
 }
-
-
-def identity(item_type: str, name: Any, namespace: Any, names: Any | None) -> dict[str, Any] | None:
-    """A call's client identity: its own namespace, else its name decoded through the map."""
-    if item_type == "tool_search_call":
-        return {"namespace": None, "name": "tool_search", "kind": "tool_search"}
-    kind = CALL_KINDS.get(item_type)
-    if kind is None or not isinstance(name, str):
-        return None
-    if namespace or names is None:
-        return {"namespace": namespace or None, "name": name, "kind": kind}
-    ident = names.decode(name)
-    return {"namespace": ident.namespace, "name": ident.name, "kind": ident.kind}
-
-
-def label(ident: dict[str, Any]) -> str:
-    return f"{ident['namespace']}/{ident['name']}" if ident["namespace"] else ident["name"]
-
-
-def ms(seconds: float) -> str:
-    millis = seconds * 1000
-    return f"{millis:.1f}ms" if round(millis, 1) < 10 else f"{millis:.0f}ms"
 
 
 def plural(n: int, word: str) -> str:
@@ -92,18 +71,6 @@ class _Run:
     key: Any = None  # chat: the delta kind, or ("tool_call", index)
 
 
-@dataclass(slots=True)
-class Summary:
-    events: int = 0
-    items: Counter[str] = field(default_factory=Counter)
-    calls: Counter[str] = field(default_factory=Counter)
-    usage: dict[str, Any] | None = None
-    terminal: str | None = None
-    first_t: float | None = None
-    last_t: float | None = None
-    violations: int = 0
-
-
 class Renderer:
     def __init__(
         self, out: TextIO, *, mode: str = "timeline", color: bool = False, names: Any = None
@@ -132,17 +99,11 @@ class Renderer:
         for v in violations:
             self.out.write(self.paint(f"  ! #{v.position} {v.rule}: {v.message}", "red") + "\n")
 
-    def _count(self, t: float) -> None:
-        s = self.summary
-        s.events += 1
-        s.first_t = t if s.first_t is None else s.first_t
-        s.last_t = t
-
     # -- Responses events --------------------------------------------------------------------
 
     def event(self, position: int, t: float, event: Any, violations: list[Violation]) -> None:
         """One Responses event (a dict) or a frame that could not be decoded (its text)."""
-        self._count(t)
+        self.summary.count(t)
         self.summary.violations += len(violations)
         kind = event.get("type") if isinstance(event, dict) else None
         run = self._track(position, t, event, kind)
@@ -293,8 +254,8 @@ class Renderer:
 
     def chat(self, position: int, t: float, delta: Any) -> None:
         """A model delta of a Chat Completions stream, or its [DONE]."""
-        self._count(t)
         s = self.summary
+        s.count(t)
         kind = "chat.done" if isinstance(delta, ChatDone) else CHAT_TYPES.get(type(delta), "chat")
         s.items[kind] += 1
         ident = None
@@ -387,52 +348,11 @@ class Renderer:
         if note:
             self.out.write(self.paint(f"  ! {note}", "red") + "\n")
         self.out.write(self.paint("── summary ──", "bold") + "\n")
-        times = "×"  # noqa: RUF001 - a multiplication sign, on purpose
-        items = ", ".join(f"{k} {times}{v}" for k, v in data["items"].items()) or "none"
-        calls = ", ".join(f"{k} {times}{v}" for k, v in data["calls"].items()) or "none"
-        ended = data["terminal"] or "without a terminal event"
-        rows = [("events", f"{data['events']} ({source_format or 'empty'}), ended {ended}")]
-        rows += [("deltas" if source_format == CHAT_SSE else "items", items), ("calls", calls)]
-        if tk := data["tokens"]:
-            rows.append(
-                (
-                    "tokens",
-                    f"input {tk['input']} (cached {tk['cached']}) · output {tk['output']} "
-                    f"(reasoning {tk['reasoning']}) · total {tk['total']}",
-                )
-            )
-        if data["time_to_first_event"] is not None:
-            rate = data["events_per_second"]
-            timing = f"first event after {ms(data['time_to_first_event'])}"
-            rows.append(("timing", timing + (f" · {rate:.0f} events/s" if rate else "")))
-        count = data["violations"]
-        rows.append(("violations", self.paint(str(count), "red" if count else "green")))
-        for key, value in rows:
+        for key, value in rows(data, source_format, self.paint):
             self.out.write(f"{key:<11}{value}\n")
 
     def summary_data(self, source_format: str | None, note: str | None) -> dict[str, Any]:
-        s = self.summary
-        usage = s.usage if isinstance(s.usage, dict) else None
-        tokens = None
-        if usage:
-            tokens = {
-                "input": usage.get("input_tokens", 0),
-                "cached": (usage.get("input_tokens_details") or {}).get("cached_tokens", 0),
-                "output": usage.get("output_tokens", 0),
-                "reasoning": (usage.get("output_tokens_details") or {}).get("reasoning_tokens", 0),
-                "total": usage.get("total_tokens", 0),
-            }
-        timed = self.timed and s.first_t is not None
-        span = (s.last_t or 0.0) - (s.first_t or 0.0)
-        return {
-            "format": source_format,
-            "events": s.events,
-            "terminal": s.terminal,
-            "items": dict(s.items),
-            "calls": dict(s.calls),
-            "tokens": tokens,
-            "time_to_first_event": round(s.first_t or 0.0, 6) if timed else None,
-            "events_per_second": round(s.events / span, 1) if timed and span > 0 else None,
-            "violations": s.violations,
-            "note": note,
-        }
+        return self.summary.data(source_format, note, self.timed)
+
+
+__all__ = ["Renderer", "identity", "label", "ms", "plural", "quote", "raw_json"]
