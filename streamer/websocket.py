@@ -179,6 +179,7 @@ class Session:
         """Run one create to its end; every failure becomes an event on this lane."""
         gateway = self.gateway
         previous = frame.get("previous_response_id") or None
+        turn: Turn | None = None
         try:
             turn = await self.prepare(frame, previous)
             gateway.stats["ws_turns"] += 1
@@ -197,6 +198,13 @@ class Session:
             await self.send_error(exc, lane)
             return
         except ConnectionError:
+            raise
+        except asyncio.CancelledError:
+            if self.closing and turn is not None and not turn.streamer.done:
+                # The shutdown deadline passed: end the turn well-formed before 1001.
+                with contextlib.suppress(Exception):
+                    events = turn.streamer.fail("server_error", "The gateway shut down.")
+                    await self.send(events, lane)
             raise
         except Exception:
             log.exception("websocket create failed")

@@ -146,6 +146,7 @@ def test_parse_head() -> None:
         b"HTTP/1.1 200 OK\r\nNo-Colon",
         b"HTTP/1.1 200 OK\r\nName : value",
         b"HTTP/1.1 200 OK\r\nA: b\r\n  folded",
+        b"HTTP/1.1 200 OK\r\nA: b\nInjected: c",
         b"HTTP/1.1 200 OK" + b"\r\nA: b" * 300,
     ],
 )

@@ -325,4 +325,5 @@ _HANDLERS = {
     **dict.fromkeys(TERMINALS, GrammarChecker._on_terminal),
 }
 
+# RULES, ToolCheck, default_ns and part_text live elsewhere now; callers still import them here
 __all__ = ["RULES", "GrammarChecker", "ToolCheck", "Violation", "default_ns", "part_text"]

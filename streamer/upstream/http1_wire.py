@@ -62,6 +62,8 @@ def parse_head(head: bytes) -> tuple[int, str, CIMultiDict[str], bool]:
         name, sep, value = line.partition(b":")
         if not sep or not name or name != name.strip() or b" " in name or b"\t" in name:
             raise ProtocolError(f"bad header line {line[:80]!r}")
+        if b"\n" in line or b"\r" in line or b"\0" in line:
+            raise ProtocolError(f"bad character in header line {line[:80]!r}")
         headers.add(name.decode("latin-1"), value.strip(b" \t").decode("latin-1"))
     reason = parts[2].decode("latin-1") if len(parts) > 2 else ""
     return int(code), reason, headers, version == b"HTTP/1.1"
