@@ -32,71 +32,23 @@ from .deltas import (
     Usage,
 )
 from .events import Event
+from .output_items import (
+    FAILURE_CODES,
+    INCOMPLETE,
+    Call,
+    Item,
+    Part,
+    custom_input,
+    empty_part,
+    json_object,
+    new_call_item,
+    new_item,
+    part_done,
+)
 from .response import new_id, usage_object
-from .tools import ResponsesToolNames, ToolIdentity
+from .tools import ResponsesToolNames
 
 _dumps = orjson.dumps
-
-# `error.code`s a client can act on: the spec's (`ResponseError.code`), plus the ones
-# Codex classifies itself (context window, quota, plan).
-FAILURE_CODES = frozenset(
-    {
-        "server_error", "rate_limit_exceeded", "invalid_prompt", "vector_store_timeout",
-        "invalid_image", "invalid_image_format", "invalid_base64_image", "invalid_image_url",
-        "image_too_large", "image_too_small", "image_parse_error",
-        "image_content_policy_violation", "invalid_image_mode", "image_file_too_large",
-        "unsupported_image_media_type", "empty_image_file", "failed_to_download_image",
-        "image_file_not_found", "context_length_exceeded", "insufficient_quota",
-        "usage_not_included",
-    }
-)  # fmt: skip
-
-# Finish reasons that end the response `incomplete`, and the reason they report.
-_INCOMPLETE = {"length": "max_output_tokens", "content_filter": "content_filter"}
-
-
-class _Part:
-    """The open content part of a message or reasoning item.
-
-    Its delta events differ only in `delta` and `sequence_number`, so the rest of the
-    JSON is built once, here, and each delta is one bytes format away.
-    """
-
-    __slots__ = ("chunks", "delta_prefix", "delta_type", "index", "kind")
-
-    def __init__(self, kind: str, index: int, delta_type: str, delta_prefix: bytes) -> None:
-        self.kind = kind  # output_text | refusal | reasoning_text
-        self.index = index
-        self.delta_type = delta_type
-        self.delta_prefix = delta_prefix
-        self.chunks: list[str] = []
-
-
-class _Item:
-    """The open message or reasoning item."""
-
-    __slots__ = ("id", "item", "output_index", "part")
-
-    def __init__(self, item: dict[str, Any], output_index: int) -> None:
-        self.item = item
-        self.id: str = item["id"]
-        self.output_index = output_index
-        self.part: _Part | None = None
-
-
-class _Call:
-    """One backend tool call, accumulated by its backend index."""
-
-    __slots__ = ("args", "call_id", "delta_prefix", "emitted", "index", "item", "name")
-
-    def __init__(self, index: int) -> None:
-        self.index = index
-        self.call_id: str | None = None
-        self.name = ""
-        self.args: list[str] = []
-        self.item: dict[str, Any] | None = None  # set once output_item.added went out
-        self.delta_prefix = b""
-        self.emitted = False  # output_item.done went out
 
 
 class OutputItemStreamer:
@@ -115,10 +67,10 @@ class OutputItemStreamer:
         self._seq = 0
         self._events: list[Event] = []
         self._output: list[dict[str, Any]] = response["output"]
-        self._open: _Item | None = None
-        self._hot: _Part | None = None  # the open part, while deltas may go straight to it
-        self._calls: dict[int, _Call] = {}
-        self._live: _Call | None = None  # the function call streaming its arguments now
+        self._open: Item | None = None
+        self._hot: Part | None = None  # the open part, while deltas may go straight to it
+        self._calls: dict[int, Call] = {}
+        self._live: Call | None = None  # the function call streaming its arguments now
         self._deferred: list[Delta] = []  # text that arrived while tool calls were open
         self._call_ids: set[str] = set()
         self._usage: Usage | None = None
@@ -185,7 +137,7 @@ class OutputItemStreamer:
         """The backend's stream ended: close every item and emit the terminal event."""
         if self.done:
             return []
-        incomplete = _INCOMPLETE.get(self._finish or "")
+        incomplete = INCOMPLETE.get(self._finish or "")
         self._close_all("incomplete" if incomplete else "completed")
         if incomplete:
             self.response["incomplete_details"] = {"reason": incomplete}
@@ -250,7 +202,7 @@ class OutputItemStreamer:
         elif delta.text:
             self._part("reasoning", "reasoning_text", "response.reasoning_text.delta", delta.text)
 
-    def _delta(self, part: _Part, text: str) -> None:
+    def _delta(self, part: Part, text: str) -> None:
         if text:
             part.chunks.append(text)
             seq = self._seq
@@ -267,7 +219,7 @@ class OutputItemStreamer:
         self._hot = None  # text from now on waits until the calls are out
         call = self._calls.get(delta.index)
         if call is None:
-            call = self._calls[delta.index] = _Call(delta.index)
+            call = self._calls[delta.index] = Call(delta.index)
         if delta.id and call.call_id is None:
             call.call_id = delta.id
         # Some backends repeat the whole name on every fragment; a name only grows
@@ -320,68 +272,37 @@ class OutputItemStreamer:
         self._hot = part
         self._delta(part, text)
 
-    def _open_item(self, item_type: str) -> _Item:
-        if item_type == "message":
-            body = {
-                "id": self._make_id("msg"),
-                "type": "message",
-                "status": "in_progress",
-                "content": [],
-                "role": "assistant",
-            }
-        else:
-            body = {
-                "id": self._make_id("rs"),
-                "type": "reasoning",
-                "status": "in_progress",
-                "summary": [],
-                "content": [],
-            }
-        item = self._open = _Item(body, len(self._output))
+    def _open_item(self, item_type: str) -> Item:
+        body = new_item(item_type, self._make_id)
+        item = self._open = Item(body, len(self._output))
         self._event(
             {"type": "response.output_item.added", "output_index": item.output_index, "item": body}
         )
         return item
 
-    def _open_part(self, item: _Item, kind: str, delta_type: str) -> _Part:
+    def _open_part(self, item: Item, kind: str, delta_type: str) -> Part:
         if item.part is not None:
             self._close_part(item)
         index = len(item.item["content"])
-        prefix = b'{"type":"%s","item_id":"%s","output_index":%d,"content_index":%d,%s"delta":' % (
-            delta_type.encode(),
-            item.id.encode(),
-            item.output_index,
-            index,
-            b'"logprobs":[],' if kind == "output_text" else b"",
-        )
-        part = item.part = _Part(kind, index, delta_type, prefix)
+        part = item.part = Part(kind, index, delta_type, item.id, item.output_index)
         self._event(
             {
                 "type": "response.content_part.added",
                 "item_id": item.id,
                 "output_index": item.output_index,
                 "content_index": index,
-                "part": _empty_part(kind),
+                "part": empty_part(kind),
             }
         )
         return part
 
-    def _close_part(self, item: _Item) -> None:
+    def _close_part(self, item: Item) -> None:
         part = item.part
         assert part is not None
         text = "".join(part.chunks)
         where = {"item_id": item.id, "output_index": item.output_index, "content_index": part.index}
-        if part.kind == "output_text":
-            self._event(
-                {"type": "response.output_text.done", **where, "text": text, "logprobs": []}
-            )
-            full = {"type": "output_text", "text": text, "annotations": [], "logprobs": []}
-        elif part.kind == "refusal":
-            self._event({"type": "response.refusal.done", **where, "refusal": text})
-            full = {"type": "refusal", "refusal": text}
-        else:
-            self._event({"type": "response.reasoning_text.done", **where, "text": text})
-            full = {"type": "reasoning_text", "text": text}
+        done, full = part_done(part.kind, text)
+        self._event({**done, **where})
         self._event({"type": "response.content_part.done", **where, "part": full})
         item.item["content"].append(full)
         item.part = self._hot = None
@@ -397,7 +318,7 @@ class OutputItemStreamer:
 
     # -- tool calls ---------------------------------------------------------------
 
-    def _add_call(self, call: _Call) -> None:
+    def _add_call(self, call: Call) -> None:
         """`output_item.added` for a call whose name is complete."""
         identity = self.names.decode(call.name)
         call_id = call.call_id
@@ -405,26 +326,17 @@ class OutputItemStreamer:
             call_id = self._make_id("call")
         self._call_ids.add(call_id)
         output_index = len(self._output)  # nothing else is open while a call is added
-        kind = identity.kind
-        if kind == "custom":
-            item = {"id": self._make_id("ctc"), "type": "custom_tool_call", "status": "in_progress"}
-            item.update(call_id=call_id, input="", **_public_name(identity))
-        elif kind == "tool_search":
-            item = {"id": self._make_id("tsc"), "type": "tool_search_call", "status": "in_progress"}
-            item.update(call_id=call_id, execution="client", arguments={})
-        else:
-            item = {"id": self._make_id("fc"), "type": "function_call", "status": "in_progress"}
-            item.update(arguments="", call_id=call_id, **_public_name(identity))
+        item = call.item = new_call_item(identity, call_id, self._make_id)
+        if item["type"] == "function_call":
             call.delta_prefix = (
                 b'{"type":"response.function_call_arguments.delta","item_id":"%s",'
                 b'"output_index":%d,"delta":' % (item["id"].encode(), output_index)
             )
-        call.item = item
         self._event(
             {"type": "response.output_item.added", "output_index": output_index, "item": item}
         )
 
-    def _close_call(self, call: _Call, status: str) -> None:
+    def _close_call(self, call: Call, status: str) -> None:
         """Finish a call: its argument/input events (if not streamed) and `output_item.done`."""
         if call.item is None:
             self._add_call(call)
@@ -449,7 +361,7 @@ class OutputItemStreamer:
                 done["namespace"] = item["namespace"]
             self._event(done)
         elif item["type"] == "custom_tool_call":
-            text = _custom_input(arguments)
+            text = custom_input(arguments)
             if text:
                 self._event(
                     {"type": "response.custom_tool_call_input.delta", **where, "delta": text}
@@ -457,7 +369,7 @@ class OutputItemStreamer:
             self._event({"type": "response.custom_tool_call_input.done", **where, "input": text})
             item["input"] = text
         else:
-            item["arguments"] = _json_object(arguments)
+            item["arguments"] = json_object(arguments)
         call.emitted = True
         self._done_item(item, output_index, status)
 
@@ -518,41 +430,3 @@ class OutputItemStreamer:
     def _take(self) -> list[Event]:
         events, self._events = self._events, []
         return events
-
-
-def _public_name(identity: ToolIdentity) -> dict[str, str]:
-    """`name`, plus `namespace` for namespaced identities: what Codex routes on."""
-    if identity.namespace is None:
-        return {"name": identity.name}
-    return {"name": identity.name, "namespace": identity.namespace}
-
-
-def _empty_part(kind: str) -> dict[str, Any]:
-    if kind == "output_text":
-        return {"type": "output_text", "text": "", "annotations": [], "logprobs": []}
-    if kind == "refusal":
-        return {"type": "refusal", "refusal": ""}
-    return {"type": "reasoning_text", "text": ""}
-
-
-def _custom_input(arguments: str) -> str:
-    """A custom tool's raw input from its function wrapper's `{"input": ...}` arguments.
-
-    Models sometimes answer the wrapper with the raw text instead of JSON; keep it.
-    """
-    try:
-        value = orjson.loads(arguments)
-    except orjson.JSONDecodeError:
-        return arguments
-    if isinstance(value, dict) and isinstance(value.get("input"), str):
-        return value["input"]
-    return arguments
-
-
-def _json_object(arguments: str) -> Any:
-    """Tool-search arguments travel as a JSON object, not a string."""
-    try:
-        value = orjson.loads(arguments or "{}")
-    except orjson.JSONDecodeError:
-        return {"query": arguments}
-    return value if isinstance(value, dict) else {"query": value}

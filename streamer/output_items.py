@@ -1,0 +1,176 @@
+"""The pieces `OutputItemStreamer` assembles output items from (pure).
+
+Open parts, items and buffered tool calls, and the small conversions between the
+backend's view of a call and the client's: public names, custom-tool input, tool-search
+arguments, and the failure codes clients act on.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import orjson
+
+from .tools import ToolIdentity
+
+# `error.code`s a client can act on: the spec's (`ResponseError.code`), plus the ones
+# Codex classifies itself (context window, quota, plan).
+FAILURE_CODES = frozenset(
+    {
+        "server_error", "rate_limit_exceeded", "invalid_prompt", "vector_store_timeout",
+        "invalid_image", "invalid_image_format", "invalid_base64_image", "invalid_image_url",
+        "image_too_large", "image_too_small", "image_parse_error",
+        "image_content_policy_violation", "invalid_image_mode", "image_file_too_large",
+        "unsupported_image_media_type", "empty_image_file", "failed_to_download_image",
+        "image_file_not_found", "context_length_exceeded", "insufficient_quota",
+        "usage_not_included",
+    }
+)  # fmt: skip
+
+# Finish reasons that end the response `incomplete`, and the reason they report.
+INCOMPLETE = {"length": "max_output_tokens", "content_filter": "content_filter"}
+
+
+class Part:
+    """The open content part of a message or reasoning item.
+
+    Its delta events differ only in `delta` and `sequence_number`, so the rest of the
+    JSON is built once, here, and each delta is one bytes format away.
+    """
+
+    __slots__ = ("chunks", "delta_prefix", "delta_type", "index", "kind")
+
+    def __init__(
+        self, kind: str, index: int, delta_type: str, item_id: str, output_index: int
+    ) -> None:
+        self.kind = kind  # output_text | refusal | reasoning_text
+        self.index = index
+        self.delta_type = delta_type
+        self.delta_prefix = (
+            b'{"type":"%s","item_id":"%s","output_index":%d,"content_index":%d,%s"delta":'
+            % (
+                delta_type.encode(),
+                item_id.encode(),
+                output_index,
+                index,
+                b'"logprobs":[],' if kind == "output_text" else b"",
+            )
+        )
+        self.chunks: list[str] = []
+
+
+class Item:
+    """The open message or reasoning item."""
+
+    __slots__ = ("id", "item", "output_index", "part")
+
+    def __init__(self, item: dict[str, Any], output_index: int) -> None:
+        self.item = item
+        self.id: str = item["id"]
+        self.output_index = output_index
+        self.part: Part | None = None
+
+
+class Call:
+    """One backend tool call, accumulated by its backend index."""
+
+    __slots__ = ("args", "call_id", "delta_prefix", "emitted", "index", "item", "name")
+
+    def __init__(self, index: int) -> None:
+        self.index = index
+        self.call_id: str | None = None
+        self.name = ""
+        self.args: list[str] = []
+        self.item: dict[str, Any] | None = None  # set once output_item.added went out
+        self.delta_prefix = b""
+        self.emitted = False  # output_item.done went out
+
+
+def public_name(identity: ToolIdentity) -> dict[str, str]:
+    """`name`, plus `namespace` for namespaced identities: what Codex routes on."""
+    if identity.namespace is None:
+        return {"name": identity.name}
+    return {"name": identity.name, "namespace": identity.namespace}
+
+
+def empty_part(kind: str) -> dict[str, Any]:
+    if kind == "output_text":
+        return {"type": "output_text", "text": "", "annotations": [], "logprobs": []}
+    if kind == "refusal":
+        return {"type": "refusal", "refusal": ""}
+    return {"type": "reasoning_text", "text": ""}
+
+
+def custom_input(arguments: str) -> str:
+    """A custom tool's raw input from its function wrapper's `{"input": ...}` arguments.
+
+    Models sometimes answer the wrapper with the raw text instead of JSON; keep it.
+    """
+    try:
+        value = orjson.loads(arguments)
+    except orjson.JSONDecodeError:
+        return arguments
+    if isinstance(value, dict) and isinstance(value.get("input"), str):
+        return value["input"]
+    return arguments
+
+
+def json_object(arguments: str) -> Any:
+    """Tool-search arguments travel as a JSON object, not a string."""
+    try:
+        value = orjson.loads(arguments or "{}")
+    except orjson.JSONDecodeError:
+        return {"query": arguments}
+    return value if isinstance(value, dict) else {"query": value}
+
+
+def new_item(item_type: str, make_id: Callable[[str], str]) -> dict[str, Any]:
+    """A message or reasoning item as `output_item.added` shows it."""
+    if item_type == "message":
+        return {
+            "id": make_id("msg"),
+            "type": "message",
+            "status": "in_progress",
+            "content": [],
+            "role": "assistant",
+        }
+    return {
+        "id": make_id("rs"),
+        "type": "reasoning",
+        "status": "in_progress",
+        "summary": [],
+        "content": [],
+    }
+
+
+def new_call_item(
+    identity: ToolIdentity, call_id: str, make_id: Callable[[str], str]
+) -> dict[str, Any]:
+    """The output item for a call, by the kind of tool its flat name decodes to."""
+    if identity.kind == "custom":
+        item = {"id": make_id("ctc"), "type": "custom_tool_call", "status": "in_progress"}
+        item.update(call_id=call_id, input="", **public_name(identity))
+    elif identity.kind == "tool_search":
+        item = {"id": make_id("tsc"), "type": "tool_search_call", "status": "in_progress"}
+        item.update(call_id=call_id, execution="client", arguments={})
+    else:
+        item = {"id": make_id("fc"), "type": "function_call", "status": "in_progress"}
+        item.update(arguments="", call_id=call_id, **public_name(identity))
+    return item
+
+
+def part_done(kind: str, text: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    """A finished part's `*.done` event (without its location) and the part itself."""
+    if kind == "output_text":
+        done = {"type": "response.output_text.done", "text": text, "logprobs": []}
+        return done, {"type": "output_text", "text": text, "annotations": [], "logprobs": []}
+    if kind == "refusal":
+        return {"type": "response.refusal.done", "refusal": text}, {
+            "type": "refusal",
+            "refusal": text,
+        }
+    return {"type": "response.reasoning_text.done", "text": text}, {
+        "type": "reasoning_text",
+        "text": text,
+    }
