@@ -58,6 +58,6 @@ async def observed(gateway: Gateway, turn: Turn, transport: str) -> AsyncIterato
         metrics.duration.labels(status).observe(time.monotonic() - started)
         error = turn.response.get("error")
         if status == "failed" and error:
-            metrics.backend_errors.labels(str(error.get("code"))).inc()
+            metrics.backend_errors.labels(str(error.get("type") or error.get("code"))).inc()
         if recorder is not None:
             recorder.close()

@@ -11,10 +11,11 @@ checked by `items.Item`; which tools a call may name, by `identity.ToolCheck`.
 
 from __future__ import annotations
 
+from collections.abc import Hashable
 from typing import TYPE_CHECKING, Any
 
 from streamer.tap.identity import CALL_TYPES, ToolCheck, default_ns
-from streamer.tap.items import PART_EVENTS, Item, part_text, text_stream
+from streamer.tap.items import PART_EVENTS, Item, as_index, id_key, part_text, text_stream
 from streamer.tap.rules import RULES, Violation
 
 if TYPE_CHECKING:
@@ -63,11 +64,12 @@ class GrammarChecker:
         self.seen_responses_event = False
         self.response_id: str | None = None
         self.terminal: str | None = None
-        self.open: dict[Any, Item] = {}  # by item id; more than one only after a violation
+        # by id_key(item id); more than one only after a violation
+        self.open: dict[Hashable, Item] = {}
         self.done_items: list[Item] = []
         self.added_count = 0
         self.call_ids: set[str] = set()
-        self.tool_checked: set[tuple[int, str | None, str | None]] = set()
+        self.tool_checked: set[tuple[int, Hashable, Hashable]] = set()
 
     # -- public ------------------------------------------------------------------------------
 
@@ -153,11 +155,11 @@ class GrammarChecker:
     def _open_item(self, event: dict[str, Any]) -> Item | None:
         """The open item an event refers to by `item_id`, or None (a ref.item violation)."""
         item_id, index = event.get("item_id"), event.get("output_index")
-        item = self.open.get(item_id)
+        item = self.open.get(id_key(item_id))
         if item is None:
             opened = ", ".join(repr(i) for i in self.open) or "none"
             self._flag("ref.item", f"refers to item {item_id!r}; open items: {opened}")
-        elif index != item.output_index:
+        elif as_index(index) != item.output_index:
             # the id is authoritative: keep following the item, report the index once here
             self._flag("ref.item", f"output_index {index!r} for {item_id!r} at {item.output_index}")
         return item
@@ -208,8 +210,8 @@ class GrammarChecker:
         done = self.done_items + sorted(self.open.values(), key=lambda i: i.output_index)
         if failed:
             # a failure may list, drop or keep in progress the items streamed so far
-            by_id = {i.id: i for i in done}
-            pairs = [(by_id.get(o.get("id")), o) for o in output if isinstance(o, dict)]
+            by_id = {id_key(i.id): i for i in done}
+            pairs = [(by_id.get(id_key(o.get("id"))), o) for o in output if isinstance(o, dict)]
             pairs = [(i, o) for i, o in pairs if i is not None]
         else:
             if len(output) != len(done):
@@ -241,23 +243,26 @@ class GrammarChecker:
             self._flag(
                 "item.added_while_open", f"item {given.get('id')!r} added while {opened} open"
             )
-        if index != self.added_count:
+        if as_index(index) != self.added_count:
             self._flag("item.output_index", f"output_index {index!r}, expected {self.added_count}")
         self.added_count += 1
         if not given.get("id"):
             self._flag("item.id_missing", f"a {given.get('type')} item without an id")
+        elif not isinstance(given["id"], str):
+            self._flag("item.id_missing", f"a {given.get('type')} item with id {given['id']!r}")
         item = Item(
             id=given.get("id"),
             type=str(given.get("type")),
-            output_index=index if isinstance(index, int) else -1,
+            output_index=as_index(index) if as_index(index) is not None else -1,
             call_id=given.get("call_id"),
             name=given.get("name"),
             namespace=given.get("namespace"),
         )
-        self.open[item.id] = item
+        self.open[id_key(item.id)] = item
         if item.type in CALL_TYPES:
-            if not item.call_id:
-                self._flag("call.id_missing", f"{item.type} {item.id!r} has no call_id")
+            if not item.call_id or not isinstance(item.call_id, str):
+                what = f"call_id {item.call_id!r}" if item.call_id else "no call_id"
+                self._flag("call.id_missing", f"{item.type} {item.id!r} has {what}")
             elif item.call_id in self.call_ids:
                 self._flag("call.id_duplicate", f"call_id {item.call_id!r} used twice")
             else:
@@ -268,10 +273,11 @@ class GrammarChecker:
         given = event.get("item")
         given = given if isinstance(given, dict) else {}
         key = (given.get("id"), given.get("type"), event.get("output_index"))
-        item = self.open.get(key[0])
+        item = self.open.get(id_key(key[0]))
         if item is None and len(self.open) == 1:
             item = next(iter(self.open.values()))  # a wrong id still closes the one open item
-        if item is None or key != (item.id, item.type, item.output_index):
+        same_index = item is not None and as_index(key[2]) == item.output_index
+        if item is None or not same_index or key[:2] != (item.id, item.type):
             where = f"the open item is {item.type} {item.id!r}" if item else "no such item is open"
             self._flag(
                 "item.done_unmatched", f"done for {key[1]} {key[0]!r} at {key[2]!r}; {where}"
@@ -281,7 +287,7 @@ class GrammarChecker:
         item.close(given, self._flag)
         self._check_call_surface(item, given, "output_item.done")
         self.done_items.append(item)
-        del self.open[item.id]
+        del self.open[id_key(item.id)]
 
     def _check_call_surface(self, item: Item, given: dict[str, Any], where: str) -> None:
         if item.type not in CALL_TYPES:
@@ -304,7 +310,7 @@ class GrammarChecker:
         """Declared-tool checks (only with `names`), each distinct surface value once."""
         if self.tools is None:
             return True
-        key = (item.output_index, name, namespace)
+        key = (item.output_index, id_key(name), id_key(namespace))
         if key in self.tool_checked:
             return True
         self.tool_checked.add(key)

@@ -8,7 +8,7 @@ positions stay the checker's business.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
@@ -46,6 +46,20 @@ def part_text(part: Any) -> str | None:
         return None
     value = part.get("refusal") if part.get("type") == "refusal" else part.get("text")
     return value if isinstance(value, str) else None
+
+
+def id_key(value: Any) -> Hashable:
+    """An id as a dict key: a JSON list or object is not hashable, so it keys by its repr."""
+    try:
+        hash(value)
+    except TypeError:
+        return ("unhashable", repr(value))
+    return value
+
+
+def as_index(value: Any) -> int | None:
+    """An output/content/summary index: a JSON integer (not a bool or a float), else None."""
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
 def text_stream(kind: str) -> tuple[Stream, bool] | None:
@@ -109,20 +123,23 @@ class Item:
     def part(self, event: dict[str, Any], kind: str, flag: Flag) -> None:
         """A content_part / reasoning_summary_part added or done event on this item."""
         family, added = PART_EVENTS[kind]
-        index = event.get("summary_index" if family == "summary" else "content_index")
-        ptype = str((event.get("part") or {}).get("type"))
+        raw = event.get("summary_index" if family == "summary" else "content_index")
+        index = as_index(raw)
+        given = event.get("part")
+        # a part that is missing or not an object has no type: its done cannot match
+        ptype = str(given.get("type")) if isinstance(given, dict) else "None"
         if added:
             expected = sum(1 for f, _ in self.parts if f == family)
             if index != expected or (family, index) in self.parts:
-                flag("part.index", f"{family} index {index!r}, expected {expected}")
-                if (family, index) in self.parts:
+                flag("part.index", f"{family} index {raw!r}, expected {expected}")
+                if index is None or (family, index) in self.parts:
                     return
-            self.parts[(family, index)] = Part(ptype)  # type: ignore[index]
+            self.parts[(family, index)] = Part(ptype)
             return
-        part = self.parts.get((family, index)) if isinstance(index, int) else None
+        part = self.parts.get((family, index)) if index is not None else None
         if part is None or not part.open or part.type != ptype:
             state = "not open" if part is None or not part.open else f"a {part.type} part"
-            flag("part.unmatched", f"{kind} for {family} {index!r} ({ptype}): {state}")
+            flag("part.unmatched", f"{kind} for {family} {raw!r} ({ptype}): {state}")
             return
         part.open = False
         if part_text(event.get("part")) != "".join(part.chunks):
@@ -141,19 +158,32 @@ class Item:
             key = "summary" if family == "summary" else "content"
             parts = given.get(key)
             got = (
-                part_text(parts[index]) if isinstance(parts, list) and index < len(parts) else None
+                part_text(parts[index])
+                if isinstance(parts, list) and 0 <= index < len(parts)
+                else None
             )
             if got != "".join(part.chunks):
                 flag("done.mismatch", f"item {key}[{index}] differs from the concatenated deltas")
 
     def _part_for(self, event: dict[str, Any], family: str, flag: Flag) -> Part | None:
-        index = event.get("summary_index" if family == "summary" else "content_index")
-        part = self.parts.get((family, index)) if isinstance(index, int) else None
+        raw = event.get("summary_index" if family == "summary" else "content_index")
+        index = as_index(raw)
+        part = self.parts.get((family, index)) if index is not None else None
         if part is None or not part.open:
             state = "not added" if part is None else "already done"
-            flag("ref.part", f"{family} index {index!r} of {self.id!r} is {state}")
+            flag("ref.part", f"{family} index {raw!r} of {self.id!r} is {state}")
             return None
         return part
 
 
-__all__ = ["PART_EVENTS", "STREAMS", "Item", "Part", "Stream", "part_text", "text_stream"]
+__all__ = [
+    "PART_EVENTS",
+    "STREAMS",
+    "Item",
+    "Part",
+    "Stream",
+    "as_index",
+    "id_key",
+    "part_text",
+    "text_stream",
+]
