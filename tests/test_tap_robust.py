@@ -83,7 +83,9 @@ class Fixture:
 
 
 LOADED = {name: Fixture(name) for name in FIXTURES}
-NAMES = ResponsesToolNames.convert(*(lambda r: (r["tools"], r["input"]))(orjson.loads(REQUEST.read_bytes())))
+_REQUEST = orjson.loads(REQUEST.read_bytes())
+NAMES = ResponsesToolNames.convert(_REQUEST["tools"], _REQUEST["input"])
+KEYS = ("type", "id", "item_id", "call_id", "name", "namespace", "status")
 
 
 def _strings(fixtures: dict[str, Fixture]) -> list[str]:
@@ -93,9 +95,8 @@ def _strings(fixtures: dict[str, Fixture]) -> list[str]:
     def walk(value: Any) -> None:
         if isinstance(value, dict):
             for key, inner in value.items():
-                if key in ("type", "id", "item_id", "call_id", "name", "namespace", "status"):
-                    if isinstance(inner, str):
-                        found.add(inner)
+                if key in KEYS and isinstance(inner, str):
+                    found.add(inner)
                 walk(inner)
         elif isinstance(value, list):
             for inner in value:
@@ -118,7 +119,9 @@ LEAF = (
 )
 JSON = st.recursive(
     LEAF,
-    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=6), inner, max_size=3),
+    lambda inner: (
+        st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=6), inner, max_size=3)
+    ),
     max_leaves=6,
 )
 
@@ -203,7 +206,7 @@ def test_checker_and_renderer_survive_mutated_streams(data: st.DataObject) -> No
         assert renderer.summary.events == len(events)
         assert renderer.summary.violations == total
         if mode == "json":
-            lines = [orjson.loads(line) for line in out.getvalue().splitlines()]
+            lines = [orjson.loads(line) for line in out.getvalue().encode().splitlines()]
             assert len(lines) == len(events) + 1
             assert lines[-1]["summary"]["violations"] == total
             assert [r["position"] for r in lines[:-1]] == list(range(len(events)))
@@ -236,5 +239,5 @@ def test_run_tap_survives_mutated_files(workdir: Path, data: st.DataObject) -> N
         return
     assert status in (0, 1)
     if "--json" in argv:
-        summary = orjson.loads(out.getvalue().splitlines()[-1])["summary"]
+        summary = orjson.loads(out.getvalue().encode().splitlines()[-1])["summary"]
         assert (summary["violations"] > 0) == (status == 1)

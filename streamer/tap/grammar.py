@@ -157,7 +157,7 @@ class GrammarChecker:
         item_id, index = event.get("item_id"), event.get("output_index")
         item = self.open.get(id_key(item_id))
         if item is None:
-            opened = ", ".join(repr(i) for i in self.open) or "none"
+            opened = ", ".join(repr(i.id) for i in self.open.values()) or "none"
             self._flag("ref.item", f"refers to item {item_id!r}; open items: {opened}")
         elif as_index(index) != item.output_index:
             # the id is authoritative: keep following the item, report the index once here
@@ -238,12 +238,13 @@ class GrammarChecker:
         given = event.get("item")
         given = given if isinstance(given, dict) else {}
         index = event.get("output_index")
+        position = as_index(index)
         if self.open:
-            opened = ", ".join(repr(i) for i in self.open)
+            opened = ", ".join(repr(i.id) for i in self.open.values())
             self._flag(
                 "item.added_while_open", f"item {given.get('id')!r} added while {opened} open"
             )
-        if as_index(index) != self.added_count:
+        if position != self.added_count:
             self._flag("item.output_index", f"output_index {index!r}, expected {self.added_count}")
         self.added_count += 1
         if not given.get("id"):
@@ -253,7 +254,7 @@ class GrammarChecker:
         item = Item(
             id=given.get("id"),
             type=str(given.get("type")),
-            output_index=as_index(index) if as_index(index) is not None else -1,
+            output_index=-1 if position is None else position,
             call_id=given.get("call_id"),
             name=given.get("name"),
             namespace=given.get("namespace"),

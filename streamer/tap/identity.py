@@ -53,6 +53,8 @@ class ToolCheck:
         """A (rule, message) pair when the call surface is wrong, else None."""
         if not isinstance(name, str):
             return None
+        if namespace is not None and not isinstance(namespace, str):
+            return "tool.undeclared", f"namespace {namespace!r} is not a declared namespace"
         ns = default_ns(namespace)
         kind = self.declared.get((ns, name))
         if kind is None:

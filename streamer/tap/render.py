@@ -20,7 +20,7 @@ import orjson
 
 from streamer import deltas as d
 from streamer.tap.identity import identity, label
-from streamer.tap.items import part_text
+from streamer.tap.items import id_key, part_text
 from streamer.tap.rules import Violation
 from streamer.tap.sources import TERMINAL_TYPES, ChatDone
 from streamer.tap.summary import Summary, ms, rows
@@ -64,8 +64,8 @@ class _Run:
     since: float | None  # the previous event's time, for the gap column
     item: dict[str, Any] = field(default_factory=dict)
     ident: dict[str, Any] | None = None
-    parts: dict[tuple[str, int], list[str]] = field(default_factory=dict)
-    part_types: dict[tuple[str, int], str] = field(default_factory=dict)
+    parts: dict[tuple[str, Any], list[str]] = field(default_factory=dict)  # by (family, index)
+    part_types: dict[tuple[str, Any], str] = field(default_factory=dict)
     args: list[str] = field(default_factory=list)
     violations: list[Violation] = field(default_factory=list)
     key: Any = None  # chat: the delta kind, or ("tool_call", index)
@@ -78,7 +78,7 @@ class Renderer:
         self.out, self.mode, self.color, self.names = out, mode, color, names
         self.timed = False
         self.summary = Summary()
-        self.items: dict[Any, _Run] = {}
+        self.items: dict[Any, _Run] = {}  # open items by id_key(id)
         self.prev_t: float | None = None
         self.chat_run: _Run | None = None
         self.chat_names: dict[int, str] = {}
@@ -134,12 +134,12 @@ class Renderer:
                 str(item.get("type")), item.get("name"), item.get("namespace"), self.names
             )
             if kind.endswith(".done"):
-                run = self.items.pop(item.get("id"), None)
+                run = self.items.pop(id_key(item.get("id")), None)
                 if run is not None:
                     run.item, run.ident = item, ident
                 return run
             run = _Run(position, t, self.prev_t, item, ident)
-            self.items[item.get("id")] = run
+            self.items[id_key(item.get("id"))] = run
             self.summary.items[str(item.get("type"))] += 1
             if ident is not None:
                 self.summary.calls[label(ident)] += 1
@@ -148,17 +148,17 @@ class Renderer:
             response = event.get("response") if isinstance(event.get("response"), dict) else {}
             self.summary.terminal = response.get("status") or kind
             self.summary.usage = response.get("usage") or self.summary.usage
-        run = self.items.get(event.get("item_id"))
+        run = self.items.get(id_key(event.get("item_id")))
         if run is None or not isinstance(kind, str):
             return run
         family = "summary" if "summary_index" in event else "content"
-        index = event.get(f"{family}_index")
+        index = id_key(event.get(f"{family}_index"))
         if kind in PART_ADDED:
             part = event.get("part") if isinstance(event.get("part"), dict) else {}
-            run.part_types[(family, index)] = str(part.get("type", family))  # type: ignore[index]
+            run.part_types[(family, index)] = str(part.get("type", family))
         elif kind.endswith(".delta"):
             text = event.get("delta") if isinstance(event.get("delta"), str) else ""
-            target = run.args if index is None else run.parts.setdefault((family, index), [])  # type: ignore[index]
+            target = run.args if index is None else run.parts.setdefault((family, index), [])
             target.append(text)
         return run
 

@@ -21,6 +21,12 @@ def ms(seconds: float) -> str:
     return f"{millis:.1f}ms" if round(millis, 1) < 10 else f"{millis:.0f}ms"
 
 
+def count(usage: dict[str, Any], details: str, key: str) -> Any:
+    """A count inside a usage details object, which a broken stream may send in any shape."""
+    inner = usage.get(details)
+    return inner.get(key, 0) if isinstance(inner, dict) else 0
+
+
 @dataclass(slots=True)
 class Summary:
     events: int = 0
@@ -44,9 +50,9 @@ class Summary:
         if usage:
             tokens = {
                 "input": usage.get("input_tokens", 0),
-                "cached": (usage.get("input_tokens_details") or {}).get("cached_tokens", 0),
+                "cached": count(usage, "input_tokens_details", "cached_tokens"),
                 "output": usage.get("output_tokens", 0),
-                "reasoning": (usage.get("output_tokens_details") or {}).get("reasoning_tokens", 0),
+                "reasoning": count(usage, "output_tokens_details", "reasoning_tokens"),
                 "total": usage.get("total_tokens", 0),
             }
         timed = timed and self.first_t is not None

@@ -25,7 +25,7 @@ import orjson
 
 from ..deltas import Delta, UpstreamError
 from ..errors import RequestError
-from ..sse import SSEDecoder, SSEError
+from ..sse import SSEDecoder, SSEError, SSEMessage
 from .chat_decode import INVALID_CHUNK, ChatChunkDecoder, decode_body, http_error
 from .http1 import ConnectionPool, Response
 from .http1_wire import ConnectError, HTTPClientError, ProtocolError, ReadTimeout
@@ -33,6 +33,7 @@ from .http1_wire import ConnectError, HTTPClientError, ProtocolError, ReadTimeou
 ERROR_BODY_LIMIT = 1 << 20  # enough for any error message; a larger body is cut
 JSON_BODY_LIMIT = 64 << 20  # a whole non-streamed completion
 _DRAIN_LIMIT = 1 << 16  # bytes read after [DONE] to reach EOF and keep the connection
+_FIRST_BATCH, _MAX_BATCH = 4, 256  # events decoded per batch: the first few, then doubling
 _DRAIN_TIMEOUT = 0.1  # the end of the body follows [DONE] at once; never hold the caller longer
 # Shorter than the 5 s keep-alive of uvicorn (vLLM, SGLang) and llama.cpp, so a pooled
 # connection is dropped here before the server drops it under a request.
@@ -257,6 +258,11 @@ class ChatStream:
         self._sse = SSEDecoder()
         self._chat = ChatChunkDecoder()
         self._ended = response is None
+        # Events of the last read not decoded yet. One read can hold a whole answer; it
+        # goes out in batches that start small and double, so the first text leaves
+        # before the rest is decoded (time to first byte), and later batches stay big.
+        self._backlog: list[SSEMessage] = []
+        self._batch = _FIRST_BATCH
 
     def __aiter__(self) -> ChatStream:
         return self
@@ -264,6 +270,10 @@ class ChatStream:
     async def __anext__(self) -> list[Delta]:
         if self._pending is not None:
             batch, self._pending = self._pending, None
+            if batch:
+                return batch
+        while self._backlog:
+            batch = self._decode_backlog()
             if batch:
                 return batch
         resp = self._resp
@@ -296,6 +306,8 @@ class ChatStream:
             if self._on_raw is not None:
                 self._on_raw(chunk)
             batch = self._decode(chunk, eof=False)
+            while not batch and self._backlog:
+                batch = self._decode_backlog()
             if batch:
                 return batch
 
@@ -322,6 +334,20 @@ class ChatStream:
             return self._fail(
                 [], INVALID_CHUNK, f"The backend broke the event-stream framing: {exc}."
             )
+        if eof:
+            messages = self._backlog + messages
+            self._backlog = []
+            return self._decode_messages(messages)
+        self._backlog += messages
+        return self._decode_backlog()
+
+    def _decode_backlog(self) -> list[Delta]:
+        size = self._batch
+        messages, self._backlog = self._backlog[:size], self._backlog[size:]
+        self._batch = min(size * 2, _MAX_BATCH)
+        return self._decode_messages(messages)
+
+    def _decode_messages(self, messages: list[SSEMessage]) -> list[Delta]:
         out: list[Delta] = []
         chat = self._chat
         feed = chat.feed
@@ -330,6 +356,7 @@ class ChatStream:
             if deltas:
                 out += deltas
                 if deltas[-1].__class__ is UpstreamError:
+                    self._backlog = []
                     self._ended = True
                     self._abort()
                     return out
