@@ -49,6 +49,8 @@ from .response import new_id, usage_object
 from .tools import ResponsesToolNames
 
 _dumps = orjson.dumps
+# `Event(...)` goes through the namedtuple's Python-level __new__; this is the C one.
+_event = tuple.__new__
 
 
 class OutputItemStreamer:
@@ -120,10 +122,14 @@ class OutputItemStreamer:
                     hot.chunks.append(text)
                     seq = self._seq
                     self._events.append(
-                        Event(
-                            "response.output_text.delta",
-                            b'%s%s,"sequence_number":%d}' % (hot.delta_prefix, _dumps(text), seq),
-                            seq,
+                        _event(
+                            Event,
+                            (
+                                "response.output_text.delta",
+                                b'%s%s,"sequence_number":%d}'
+                                % (hot.delta_prefix, _dumps(text), seq),
+                                seq,
+                            ),
                         )
                     )
                     self._seq = seq + 1
@@ -207,10 +213,13 @@ class OutputItemStreamer:
             part.chunks.append(text)
             seq = self._seq
             self._events.append(
-                Event(
-                    part.delta_type,
-                    b'%s%s,"sequence_number":%d}' % (part.delta_prefix, _dumps(text), seq),
-                    seq,
+                _event(
+                    Event,
+                    (
+                        part.delta_type,
+                        b'%s%s,"sequence_number":%d}' % (part.delta_prefix, _dumps(text), seq),
+                        seq,
+                    ),
                 )
             )
             self._seq = seq + 1
@@ -424,7 +433,7 @@ class OutputItemStreamer:
         self._emit(_dumps(event), event["type"])
 
     def _emit(self, data: bytes, event_type: str) -> None:
-        self._events.append(Event(event_type, data, self._seq))
+        self._events.append(_event(Event, (event_type, data, self._seq)))
         self._seq += 1
 
     def _take(self) -> list[Event]:

@@ -19,6 +19,7 @@ from typing import NamedTuple
 from .events import Event
 
 _BOM = b"\xef\xbb\xbf"
+_message = tuple.__new__  # SSEMessage without the namedtuple's Python-level __new__
 _DATA_EVENTS = re.compile(rb"(?:data: ?[^\n]*\n\n)+")
 _DATA_PAYLOAD = re.compile(rb"data: ?([^\n]*)\n\n")
 DEFAULT_MAX_SIZE = 16 * 1024 * 1024
@@ -49,9 +50,29 @@ class SSEDecoder:
         self._raw = b""  # an unparsed tail left by the fast path
 
     def feed(self, chunk: bytes) -> list[SSEMessage]:
+        """The events completed by `chunk`."""
+        return [
+            _message(SSEMessage, (None, m.decode("utf-8", "replace")))
+            if m.__class__ is bytes
+            else m
+            for m in self.payloads(chunk)
+        ]
+
+    def payloads(self, chunk: bytes) -> list[bytes | SSEMessage]:
+        """Like `feed`, but a plain `data:` event comes back as its raw payload bytes.
+
+        This is the upstream's hot path: a JSON decoder takes the bytes as they are, so
+        the common event costs no decoding and no object here at all.
+        """
         if self._raw:
             chunk = self._raw + chunk
             self._raw = b""
+        elif self._first and not self._buf and (len(chunk) >= 3 or not _BOM.startswith(chunk)):
+            # The stream's start is here whole: strip a BOM now, so the fast path applies
+            # (a start split inside the BOM takes the line path, which strips it there).
+            if chunk.startswith(_BOM):
+                chunk = chunk[3:]
+            self._first = False
         if not (self._buf or self._data or self._skip_lf or self._first) and self._event is None:
             # The common case: nothing parsed is pending, and the chunk is whole `data:`
             # events, each ended by a blank line: two regex passes in C instead of a loop
@@ -64,11 +85,8 @@ class SSEDecoder:
                 and _DATA_EVENTS.fullmatch(chunk, 0, cut)
             ):
                 self._raw = chunk[cut:]
-                return [
-                    SSEMessage(None, m.decode("utf-8", "replace"))
-                    for m in _DATA_PAYLOAD.findall(chunk, 0, cut)
-                ]
-        out = self._feed_lines(chunk)
+                return _DATA_PAYLOAD.findall(chunk, 0, cut)
+        out: list[bytes | SSEMessage] = self._feed_lines(chunk)  # type: ignore[assignment]
         if self._buf and not (self._data or self._skip_lf) and self._event is None:
             self._raw = bytes(self._buf)  # only a partial line pends: back to the fast path
             self._buf.clear()

@@ -23,7 +23,7 @@ from hypothesis import strategies as st
 
 from streamer.sse import SSEDecoder
 from streamer.tap.command import configure, run_tap
-from streamer.tap.grammar import RULES, GrammarChecker
+from streamer.tap.grammar import RULES, GrammarChecker, Violation
 from streamer.tap.render import Renderer
 from streamer.tap.sources import RECORDING, RESPONSES_SSE, WEBSOCKET_LOG
 from streamer.tools import ResponsesToolNames
@@ -180,13 +180,16 @@ def mutate(data: st.DataObject, events: list[Any]) -> list[Any]:
     return events
 
 
-@settings(max_examples=EXAMPLES, **COMMON)
-@given(st.data())
-def test_checker_and_renderer_survive_mutated_streams(data: st.DataObject) -> None:
-    fixture = LOADED[data.draw(st.sampled_from(FIXTURES), label="fixture")]
-    events = mutate(data, fixture.events)
-    names = NAMES if data.draw(st.booleans(), label="names") else None
-    checker = GrammarChecker(names, session=data.draw(st.booleans(), label="session"))
+def check_and_render(
+    events: list[Any],
+    names: ResponsesToolNames | None = None,
+    *,
+    session: bool = False,
+    color: bool = False,
+    timed: bool = False,
+) -> tuple[list[Violation], dict[str, str]]:
+    """Every violation, and each mode's output; asserts what holds for any stream."""
+    checker = GrammarChecker(names, session=session)
     found = []
     for position, event in enumerate(events):
         violations = checker.feed(event)
@@ -194,24 +197,104 @@ def test_checker_and_renderer_survive_mutated_streams(data: st.DataObject) -> No
         found.append(violations)
     end = checker.finish()
     assert all(v.rule in RULES and v.position == len(events) for v in end)
-    color = data.draw(st.booleans(), label="color")
     total = sum(map(len, found)) + len(end)
+    outputs = {}
     for mode in MODES:
         out = io.StringIO()
         renderer = Renderer(out, mode=mode, color=color and mode != "json", names=names)
-        renderer.timed = data.draw(st.booleans(), label="timed")
+        renderer.timed = timed
         for position, (event, violations) in enumerate(zip(events, found, strict=True)):
             renderer.event(position, position / 10, event, violations)
-        renderer.end(end, source_format=fixture.format, note=None)
+        renderer.end(end, source_format=RESPONSES_SSE, note=None)
         assert renderer.summary.events == len(events)
         assert renderer.summary.violations == total
+        outputs[mode] = out.getvalue()
         if mode == "json":
-            lines = [orjson.loads(line) for line in out.getvalue().encode().splitlines()]
+            lines = [orjson.loads(line) for line in outputs[mode].encode().splitlines()]
             assert len(lines) == len(events) + 1
             assert lines[-1]["summary"]["violations"] == total
             assert [r["position"] for r in lines[:-1]] == list(range(len(events)))
         else:
-            assert "── summary ──" in out.getvalue()
+            assert "── summary ──" in outputs[mode]
+    return [v for vs in found for v in vs] + end, outputs
+
+
+@settings(max_examples=EXAMPLES, **COMMON)
+@given(st.data())
+def test_checker_and_renderer_survive_mutated_streams(data: st.DataObject) -> None:
+    fixture = LOADED[data.draw(st.sampled_from(FIXTURES), label="fixture")]
+    events = mutate(data, fixture.events)
+    check_and_render(
+        events,
+        NAMES if data.draw(st.booleans(), label="names") else None,
+        session=data.draw(st.booleans(), label="session"),
+        color=data.draw(st.booleans(), label="color"),
+        timed=data.draw(st.booleans(), label="timed"),
+    )
+
+
+DELETE = object()
+USAGE = {"input_tokens": 3, "input_tokens_details": [1], "output_tokens_details": "x"}
+# (fixture, path, value, the first violation expected, or None for a clean stream)
+MALFORMED: list[tuple[str, str, Any, tuple[str, int] | None]] = [
+    ("text.sse", "3.part", "x", ("event.malformed", 3)),
+    ("text.sse", "3.part", DELETE, ("event.malformed", 3)),
+    ("text.sse", "9.part", [1], ("event.malformed", 9)),
+    ("reasoning.sse", "3.part", 7, ("event.malformed", 3)),
+    ("text.sse", "2.item", 5, ("event.malformed", 2)),
+    ("text.sse", "10.item", [5], ("event.malformed", 10)),
+    ("text.sse", "5.item_id", [1], ("ref.item", 5)),
+    ("text.sse", "5.item_id", {"id": "msg_text_001"}, ("ref.item", 5)),
+    ("text.sse", "5.output_index", 0.0, ("ref.item", 5)),
+    ("text.sse", "2.item.id", ["msg_text_001"], ("item.id_missing", 2)),
+    ("text.sse", "2.output_index", True, ("item.output_index", 2)),
+    ("text.sse", "10.item.id", {"a": 1}, ("item.done_unmatched", 10)),
+    ("text.sse", "3.content_index", 0.0, ("part.index", 3)),
+    ("text.sse", "3.content_index", [0], ("part.index", 3)),
+    ("text.sse", "4.content_index", {}, ("ref.part", 4)),
+    ("text.sse", "9.content_index", True, ("part.unmatched", 9)),
+    ("reasoning.sse", "3.summary_index", 0.0, ("part.index", 3)),
+    ("reasoning.sse", "7.summary_index", "0", ("part.unmatched", 7)),
+    ("text.sse", "4.sequence_number", "4", ("sequence.missing", 4)),
+    ("text.sse", "4.sequence_number", True, ("sequence.missing", 4)),
+    ("text.sse", "4.sequence_number", 4.0, ("sequence.missing", 4)),
+    ("text.sse", "5.delta", {"x": 1}, ("done.mismatch", 8)),
+    ("namespaced_call.sse", "6.arguments", [1], ("done.mismatch", 6)),
+    ("namespaced_call.sse", "2.item.call_id", [1], ("call.id_missing", 2)),
+    ("namespaced_call.sse", "2.item.namespace", ["mcp__docs"], ("tool.undeclared", 2)),
+    ("namespaced_call.sse", "2.item.name", {"x": 1}, ("call.identity_changed", 7)),
+    ("text.sse", "11.response", [1], ("terminal.status", 11)),
+    ("text.sse", "11.response.output", {"a": 1}, ("terminal.output", 11)),
+    ("text.sse", "11.response.output.0", "x", ("terminal.output", 11)),
+    ("failed.sse", "5.response.output", [{"id": ["msg_failed_001"]}], None),
+    ("text.sse", "11.response.usage", USAGE, None),
+]
+
+
+def set_path(events: list[Any], path: str, value: Any) -> None:
+    *head, last = (int(k) if k.isdigit() else k for k in path.split("."))
+    target: Any = events
+    for key in head:
+        target = target[key]
+    if value is DELETE:
+        del target[last]
+    else:
+        target[last] = value
+
+
+@pytest.mark.parametrize(
+    ("name", "path", "value", "first"), MALFORMED, ids=[f"{c[0]}:{c[1]}" for c in MALFORMED]
+)
+def test_malformed_field_is_a_violation(
+    name: str, path: str, value: Any, first: tuple[str, int] | None
+) -> None:
+    events = copy.deepcopy(LOADED[name].events)
+    assert check_and_render(events, NAMES)[0] == []
+    set_path(events, path, value)
+    found, outputs = check_and_render(events, NAMES)
+    assert [(v.rule, v.position) for v in found][:1] == ([first] if first else [])
+    if value is USAGE:  # odd details are counted as 0, the rest still shown
+        assert "input 3 (cached 0)" in outputs["timeline"]
 
 
 @pytest.fixture(scope="module")

@@ -15,7 +15,15 @@ from collections.abc import Hashable
 from typing import TYPE_CHECKING, Any
 
 from streamer.tap.identity import CALL_TYPES, ToolCheck, default_ns
-from streamer.tap.items import PART_EVENTS, Item, as_index, id_key, part_text, text_stream
+from streamer.tap.items import (
+    PART_EVENTS,
+    Item,
+    as_index,
+    id_key,
+    not_object,
+    part_text,
+    text_stream,
+)
 from streamer.tap.rules import RULES, Violation
 
 if TYPE_CHECKING:
@@ -235,8 +243,8 @@ class GrammarChecker:
     # -- items -------------------------------------------------------------------------------
 
     def _on_item_added(self, event: dict[str, Any]) -> None:
-        given = event.get("item")
-        given = given if isinstance(given, dict) else {}
+        raw = event.get("item")
+        given = raw if isinstance(raw, dict) else {}
         index = event.get("output_index")
         position = as_index(index)
         if self.open:
@@ -247,7 +255,9 @@ class GrammarChecker:
         if position != self.added_count:
             self._flag("item.output_index", f"output_index {index!r}, expected {self.added_count}")
         self.added_count += 1
-        if not given.get("id"):
+        if not isinstance(raw, dict):
+            self._flag("event.malformed", f"output_item.added: {not_object('item', raw)}")
+        elif not given.get("id"):
             self._flag("item.id_missing", f"a {given.get('type')} item without an id")
         elif not isinstance(given["id"], str):
             self._flag("item.id_missing", f"a {given.get('type')} item with id {given['id']!r}")
@@ -271,22 +281,26 @@ class GrammarChecker:
             self._check_tool(item, item.name, item.namespace)
 
     def _on_item_done(self, event: dict[str, Any]) -> None:
-        given = event.get("item")
-        given = given if isinstance(given, dict) else {}
-        key = (given.get("id"), given.get("type"), event.get("output_index"))
-        item = self.open.get(id_key(key[0]))
+        raw = event.get("item")
+        given = raw if isinstance(raw, dict) else None
+        key = (given or {}).get("id"), (given or {}).get("type"), event.get("output_index")
+        item = self.open.get(id_key(key[0])) if given is not None else None
         if item is None and len(self.open) == 1:
             item = next(iter(self.open.values()))  # a wrong id still closes the one open item
-        same_index = item is not None and as_index(key[2]) == item.output_index
-        if item is None or not same_index or key[:2] != (item.id, item.type):
+        if given is None:
+            self._flag("event.malformed", f"output_item.done: {not_object('item', raw)}")
+        elif (
+            item is None or as_index(key[2]) != item.output_index or key[:2] != (item.id, item.type)
+        ):
             where = f"the open item is {item.type} {item.id!r}" if item else "no such item is open"
             self._flag(
                 "item.done_unmatched", f"done for {key[1]} {key[0]!r} at {key[2]!r}; {where}"
             )
-            if item is None:
-                return
+        if item is None:
+            return
         item.close(given, self._flag)
-        self._check_call_surface(item, given, "output_item.done")
+        if given is not None:
+            self._check_call_surface(item, given, "output_item.done")
         self.done_items.append(item)
         del self.open[id_key(item.id)]
 

@@ -62,6 +62,22 @@ def as_index(value: Any) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
+JSON_TYPES = {
+    bool: "a boolean",
+    int: "a number",
+    float: "a number",
+    str: "a string",
+    list: "a list",
+}
+
+
+def not_object(name: str, value: Any) -> str:
+    """The message for a field that should hold an object (the `event.malformed` rule)."""
+    if value is None:
+        return f"no {name} object"
+    return f"{name} is {JSON_TYPES.get(type(value), type(value).__name__)}, not an object"
+
+
 def text_stream(kind: str) -> tuple[Stream, bool] | None:
     """The stream a `response.<stem>.delta|done` event writes, and whether it is the done."""
     stem, _, suffix = kind.removeprefix("response.").rpartition(".")
@@ -73,7 +89,7 @@ def text_stream(kind: str) -> tuple[Stream, bool] | None:
 
 @dataclass(slots=True)
 class Part:
-    type: str
+    type: str | None  # None: its added event had no part object
     chunks: list[str] = field(default_factory=list)
     open: bool = True
     text_done: bool = False
@@ -107,7 +123,7 @@ class Item:
             part = self._part_for(event, stream.family, flag)
             if part is None:
                 return
-            if part.type != stream.part_type:
+            if part.type is not None and part.type != stream.part_type:
                 flag("ref.item_type", f"{kind} into a {part.type} part")
             chunks, was_done = part.chunks, part.text_done
             part.text_done = part.text_done or done
@@ -126,8 +142,9 @@ class Item:
         raw = event.get("summary_index" if family == "summary" else "content_index")
         index = as_index(raw)
         given = event.get("part")
-        # a part that is missing or not an object has no type: its done cannot match
-        ptype = str(given.get("type")) if isinstance(given, dict) else "None"
+        ptype = str(given.get("type")) if isinstance(given, dict) else None
+        if ptype is None:  # reported once here; an unknown type then matches any
+            flag("event.malformed", f"{kind}: {not_object('part', given)}")
         if added:
             expected = sum(1 for f, _ in self.parts if f == family)
             if index != expected or (family, index) in self.parts:
@@ -137,19 +154,25 @@ class Item:
             self.parts[(family, index)] = Part(ptype)
             return
         part = self.parts.get((family, index)) if index is not None else None
-        if part is None or not part.open or part.type != ptype:
+        known = part is not None and None not in (part.type, ptype)
+        if part is None or not part.open or (known and part.type != ptype):
             state = "not open" if part is None or not part.open else f"a {part.type} part"
             flag("part.unmatched", f"{kind} for {family} {raw!r} ({ptype}): {state}")
             return
         part.open = False
-        if part_text(event.get("part")) != "".join(part.chunks):
+        if ptype is not None and part_text(given) != "".join(part.chunks):
             flag("done.mismatch", f"{kind} text differs from the concatenated deltas")
 
-    def close(self, given: dict[str, Any], flag: Flag) -> None:
-        """At output_item.done: every part is done, and the item's texts equal the deltas."""
+    def close(self, given: dict[str, Any] | None, flag: Flag) -> None:
+        """At output_item.done: every part is done, and the item's texts equal the deltas.
+
+        `given` is the done event's item, None when it was not an object (nothing to compare).
+        """
         for (family, index), part in self.parts.items():
             if part.open:
                 flag("part.not_done", f"{family} part {index} of {self.id!r} is open")
+        if given is None:
+            return
         if self.args_streamed:
             field_name = "arguments" if self.type == "function_call" else "input"
             if given.get(field_name) != "".join(self.args):
@@ -184,6 +207,7 @@ __all__ = [
     "Stream",
     "as_index",
     "id_key",
+    "not_object",
     "part_text",
     "text_stream",
 ]

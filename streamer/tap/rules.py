@@ -8,7 +8,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 RULES: dict[str, str] = {
-    "event.malformed": "a frame that is not a JSON object with a string `type`",
+    "event.malformed": (
+        "a frame that is not a JSON object with a string `type`, "
+        "or an event whose `item` or `part` is not an object"
+    ),
     "sequence.start": "sequence_number starts at 0",
     "sequence.step": "sequence_number rises by one",
     "sequence.missing": "every Responses event carries sequence_number (`error` may omit it)",

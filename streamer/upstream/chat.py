@@ -261,7 +261,7 @@ class ChatStream:
         # Events of the last read not decoded yet. One read can hold a whole answer; it
         # goes out in batches that start small and double, so the first text leaves
         # before the rest is decoded (time to first byte), and later batches stay big.
-        self._backlog: list[SSEMessage] = []
+        self._backlog: list[bytes | SSEMessage] = []
         self._batch = _FIRST_BATCH
 
     def __aiter__(self) -> ChatStream:
@@ -329,7 +329,7 @@ class ChatStream:
 
     def _decode(self, chunk: bytes, *, eof: bool) -> list[Delta]:
         try:
-            messages = self._sse.close() if eof else self._sse.feed(chunk)
+            messages = self._sse.close() if eof else self._sse.payloads(chunk)
         except SSEError as exc:
             return self._fail(
                 [], INVALID_CHUNK, f"The backend broke the event-stream framing: {exc}."
@@ -347,12 +347,15 @@ class ChatStream:
         self._batch = min(size * 2, _MAX_BATCH)
         return self._decode_messages(messages)
 
-    def _decode_messages(self, messages: list[SSEMessage]) -> list[Delta]:
+    def _decode_messages(self, messages: list[bytes | SSEMessage]) -> list[Delta]:
         out: list[Delta] = []
         chat = self._chat
         feed = chat.feed
         for message in messages:
-            deltas = feed(message.data, message.event)
+            if message.__class__ is bytes:  # a plain `data:` event, raw
+                deltas = feed(message)
+            else:
+                deltas = feed(message.data, message.event)
             if deltas:
                 out += deltas
                 if deltas[-1].__class__ is UpstreamError:
