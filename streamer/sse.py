@@ -20,8 +20,7 @@ from .events import Event
 
 _BOM = b"\xef\xbb\xbf"
 _message = tuple.__new__  # SSEMessage without the namedtuple's Python-level __new__
-_DATA_EVENTS = re.compile(rb"(?:data: ?[^\n]*\n\n)+")
-_DATA_PAYLOAD = re.compile(rb"data: ?([^\n]*)\n\n")
+_DATA_PAYLOAD = re.compile(rb"data: ([^\n]*)\n\n")  # the fast path's one event shape
 DEFAULT_MAX_SIZE = 16 * 1024 * 1024
 
 
@@ -78,14 +77,13 @@ class SSEDecoder:
             # events, each ended by a blank line: two regex passes in C instead of a loop
             # per line. The unparsed tail waits, raw, for the next chunk.
             cut = chunk.rfind(b"\n\n") + 2
-            if (
-                cut > 1
-                and len(chunk) - cut <= self.max_size
-                and b"\r" not in chunk
-                and _DATA_EVENTS.fullmatch(chunk, 0, cut)
-            ):
-                self._raw = chunk[cut:]
-                return _DATA_PAYLOAD.findall(chunk, 0, cut)
+            if cut > 1 and len(chunk) - cut <= self.max_size and b"\r" not in chunk:
+                payloads = _DATA_PAYLOAD.findall(chunk, 0, cut)
+                # Every match is `data: ` + payload + `\n\n`: if they add up to the whole
+                # block, nothing else was in it (findall skips what does not match).
+                if sum(map(len, payloads)) + 8 * len(payloads) == cut:
+                    self._raw = chunk[cut:]
+                    return payloads
         out: list[bytes | SSEMessage] = self._feed_lines(chunk)  # type: ignore[assignment]
         if self._buf and not (self._data or self._skip_lf) and self._event is None:
             self._raw = bytes(self._buf)  # only a partial line pends: back to the fast path

@@ -117,17 +117,23 @@ LEAF = (
     | st.text(max_size=8)
     | st.sampled_from(_strings(LOADED))
 )
-JSON = st.recursive(
-    LEAF,
-    lambda inner: (
-        st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=6), inner, max_size=3)
-    ),
-    max_leaves=6,
+FIELD = st.text(max_size=6) | st.sampled_from(("type", "id", "text", "status", "name"))
+# containers get a fair share: an id or an index that is a list or an object is the usual crash
+JSON = (
+    LEAF
+    | st.lists(LEAF, max_size=3)
+    | st.dictionaries(FIELD, LEAF, max_size=3)
+    | st.recursive(
+        LEAF,
+        lambda inner: st.lists(inner, max_size=3) | st.dictionaries(FIELD, inner, max_size=3),
+        max_leaves=6,
+    )
 )
+OPS = ("field", "field", "field", "top", "top", "delete", "whole", "duplicate", "drop", "move")
 
 
 def paths(value: Any, prefix: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
-    """Every key/index path inside a JSON value."""
+    """Every key/index path inside a JSON value (not inside the echoed request `tools`)."""
     if isinstance(value, dict):
         pairs: Any = value.items()
     elif isinstance(value, list):
@@ -137,7 +143,8 @@ def paths(value: Any, prefix: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
     out = []
     for key, inner in pairs:
         out.append((*prefix, key))
-        out += paths(inner, (*prefix, key))
+        if key != "tools":
+            out += paths(inner, (*prefix, key))
     return out
 
 
@@ -149,15 +156,12 @@ def parent(value: Any, path: tuple[Any, ...]) -> Any:
 
 def mutate(data: st.DataObject, events: list[Any]) -> list[Any]:
     events = copy.deepcopy(events)
-    for _ in range(data.draw(st.integers(1, 4), label="mutations")):
+    for _ in range(data.draw(st.integers(1, 6), label="mutations")):
         if not events:
             events.append(data.draw(JSON))
             continue
         i = data.draw(st.integers(0, len(events) - 1), label="event")
-        op = data.draw(
-            st.sampled_from(("field", "top", "delete", "whole", "duplicate", "drop", "move")),
-            label="op",
-        )
+        op = data.draw(st.sampled_from(OPS), label="op")
         inside = paths(events[i])
         if op == "top" and isinstance(events[i], dict):
             key = data.draw(st.sampled_from([*events[i], "type", "item_id", "sequence_number"]))
