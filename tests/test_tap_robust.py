@@ -32,7 +32,7 @@ STREAMS = Path(__file__).parent / "fixtures" / "streams"
 REQUEST = STREAMS / "request.json"
 FIXTURES = sorted(p.name for p in STREAMS.iterdir() if p.suffix in (".sse", ".jsonl"))
 MODES = ("timeline", "follow", "json")
-EXAMPLES = int(os.environ.get("STREAMER_FUZZ_EXAMPLES", "150"))
+EXAMPLES = int(os.environ.get("STREAMER_FUZZ_EXAMPLES", "300"))
 COMMON: dict[str, Any] = {
     "deadline": None,
     "derandomize": True,
