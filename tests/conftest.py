@@ -7,11 +7,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from collections.abc import AsyncIterator  # noqa: E402
+from collections.abc import AsyncIterator
 
-import pytest  # noqa: E402
-from harness import GatewayHarness  # noqa: E402
-from openai import AsyncOpenAI  # noqa: E402
+import pytest
+from harness import GatewayHarness
+from openai import AsyncOpenAI
 
 
 @pytest.fixture
