@@ -119,7 +119,7 @@ class OutputItemStreamer:
                 hot = self._hot
                 text = delta.text  # type: ignore[union-attr]
                 if hot is not None and hot.kind == "output_text" and text:
-                    hot.chunks.append(text)
+                    hot.text.write(text)
                     seq = self._seq
                     self._events.append(
                         _event(
@@ -210,7 +210,7 @@ class OutputItemStreamer:
 
     def _delta(self, part: Part, text: str) -> None:
         if text:
-            part.chunks.append(text)
+            part.text.write(text)
             seq = self._seq
             self._events.append(
                 _event(
@@ -308,7 +308,7 @@ class OutputItemStreamer:
     def _close_part(self, item: Item) -> None:
         part = item.part
         assert part is not None
-        text = "".join(part.chunks)
+        text = part.text.getvalue()
         where = {"item_id": item.id, "output_index": item.output_index, "content_index": part.index}
         done, full = part_done(part.kind, text)
         self._event({**done, **where})

@@ -7,6 +7,7 @@ arguments, and the failure codes clients act on.
 
 from __future__ import annotations
 
+import io
 from collections.abc import Callable
 from typing import Any
 
@@ -39,7 +40,7 @@ class Part:
     JSON is built once, here, and each delta is one bytes format away.
     """
 
-    __slots__ = ("chunks", "delta_prefix", "delta_type", "index", "kind")
+    __slots__ = ("delta_prefix", "delta_type", "index", "kind", "text")
 
     def __init__(
         self, kind: str, index: int, delta_type: str, item_id: str, output_index: int
@@ -57,7 +58,9 @@ class Part:
                 b'"logprobs":[],' if kind == "output_text" else b"",
             )
         )
-        self.chunks: list[str] = []
+        # The text so far. A StringIO keeps it compact (a list of thousands of small
+        # strings costs ~60 bytes a delta), and many streams are open at once.
+        self.text = io.StringIO()
 
 
 class Item:

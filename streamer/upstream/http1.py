@@ -41,7 +41,7 @@ from .http1_wire import (
     parse_head,
 )
 
-HIGH_WATER = 256 << 10  # unread body bytes above which the socket is paused
+HIGH_WATER = 64 << 10  # unread body bytes above which the socket is paused
 STALE_AFTER = 1.0  # see ConnectionPool.request
 
 _HEAD, _BODY, _DONE = 1, 2, 3  # phases of a response
