@@ -35,6 +35,28 @@ _SNIPPET = 120
 
 
 _TEXT_ONLY = frozenset({"content", "role"})
+_CALLS_ONLY = frozenset({"tool_calls"})
+_FRAGMENT_KEYS = frozenset({"index", "function"})
+
+
+def _argument_fragment(calls: Any) -> ToolCallDelta | None:
+    """`[{"index": i, "function": {"arguments": "..."}}]`, the shape of every later
+    fragment of a streamed call; None for anything else."""
+    if calls.__class__ is not list or len(calls) != 1:
+        return None
+    call = calls[0]
+    if call.__class__ is not dict or not call.keys() <= _FRAGMENT_KEYS:
+        return None
+    function = call.get("function")
+    index = call.get("index", 0)
+    if (
+        function.__class__ is not dict
+        or function.keys() != {"arguments"}
+        or index.__class__ is not int
+    ):
+        return None
+    arguments = function["arguments"]
+    return ToolCallDelta(index, None, None, arguments) if arguments.__class__ is str else None
 
 
 class ChatChunkDecoder:
@@ -66,16 +88,28 @@ class ChatChunkDecoder:
             ]
         if obj.__class__ is not dict:
             return []
-        # The per-token shape of every backend: one choice whose delta holds only text.
+        # The per-token shapes of every backend: one choice whose delta holds only text,
+        # or only one argument fragment of one tool call. Anything else: the full path.
         choices = obj.get("choices")
         if choices.__class__ is list and len(choices) == 1 and event is None and "usage" not in obj:
             choice = choices[0]
-            if choice.__class__ is dict and choice.get("finish_reason") is None:
+            if (
+                choice.__class__ is dict
+                and choice.get("finish_reason") is None
+                and choice.get("index", 0) in (0, None)
+                and "error" not in obj
+            ):
                 delta = choice.get("delta")
-                if delta.__class__ is dict and delta.keys() <= _TEXT_ONLY and "error" not in obj:
-                    content = delta.get("content")
-                    if content.__class__ is str and choice.get("index", 0) in (0, None):
-                        return [TextDelta(content)] if content else []
+                if delta.__class__ is dict:
+                    keys = delta.keys()
+                    if keys <= _TEXT_ONLY:
+                        content = delta.get("content")
+                        if content.__class__ is str:
+                            return [TextDelta(content)] if content else []
+                    elif keys == _CALLS_ONLY:
+                        fragment = _argument_fragment(delta["tool_calls"])
+                        if fragment is not None:
+                            return [fragment]
         error = payload_error(obj)
         if error is None and event == "error":
             error = UpstreamError(
