@@ -274,6 +274,9 @@ def run_matrix(
                 for i, t in enumerate(active):
                     label = f"{t.name} {t.transport} N={n} c={c} run {rep + 1}/{args.runs}"
                     progress.show(label)
+                    for other in active:  # a slow peer may still chew on the last run's
+                        if other is not t:  # cancelled streams on the shared core
+                            settle(other, 30 if other.kind == "peer" else 2)
                     try:
                         runs[i].append(measure(t, n, c, args, backend, cores))
                     except (RuntimeError, subprocess.TimeoutExpired, KeyError) as exc:
