@@ -24,7 +24,7 @@ from urllib.parse import urlsplit
 import orjson
 
 from ..deltas import Delta, UpstreamError
-from ..errors import RequestError
+from ..errors import RequestError, server_error
 from ..sse import SSEDecoder, SSEError, SSEMessage
 from .chat_decode import INVALID_CHUNK, ChatChunkDecoder, decode_body, http_error
 from .http1 import ConnectionPool, Response
@@ -202,28 +202,16 @@ class ChatUpstream:
             raise self._closed_early("answering") from None
 
     def _timed_out(self) -> RequestError:
-        return RequestError(
-            f"The backend did not answer within {self.idle_timeout:g} s.",
-            status=504,
-            type="server_error",
-            code="upstream_timeout",
-        )
+        message = f"The backend did not answer within {self.idle_timeout:g} s."
+        return server_error(message, 504, "upstream_timeout")
 
     def _closed_early(self, doing: str) -> RequestError:
-        return RequestError(
-            f"The backend at {self._where()} closed the connection before {doing}.",
-            status=502,
-            type="server_error",
-            code="upstream_error",
-        )
+        message = f"The backend at {self._where()} closed the connection before {doing}."
+        return server_error(message, 502, "upstream_error")
 
     def _unreachable(self, reason: str) -> RequestError:
-        return RequestError(
-            f"Could not connect to the backend at {self._where()}: {reason}.",
-            status=502,
-            type="server_error",
-            code="upstream_unreachable",
-        )
+        message = f"Could not connect to the backend at {self._where()}: {reason}."
+        return server_error(message, 502, "upstream_unreachable")
 
     def _where(self) -> str:
         # host and port only: a base URL may carry credentials in its userinfo
