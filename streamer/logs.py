@@ -68,8 +68,13 @@ def configure(level: str) -> None:
         server.addFilter(ClientProtocolErrors())
 
 
+_access = logging.getLogger("streamer.access")
+
+
 def access(method: str, path: str, status: int, started: float) -> None:
-    logging.getLogger("streamer.access").info(
+    if not _access.isEnabledFor(logging.INFO):  # quiet by default: build nothing per request
+        return
+    _access.info(
         "%s %s %d", method, path, status,
         extra={"fields": {"method": method, "path": path, "status": status,
                           "ms": round((time.monotonic() - started) * 1000, 2)}},
