@@ -19,7 +19,8 @@ from hypothesis import strategies as st
 from streamer.deltas import Finish, TextDelta
 from streamer.errors import RequestError
 from streamer.upstream.chat import ChatUpstream
-from streamer.upstream.http1 import HIGH_WATER, ConnectionPool
+from streamer.upstream.http1 import HIGH_WATER
+from streamer.upstream.http1_pool import ConnectionPool
 from streamer.upstream.http1_wire import (
     ChunkedDecoder,
     ConnectError,

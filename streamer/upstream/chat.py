@@ -6,7 +6,7 @@ have one path. Failures before the stream starts raise `RequestError` with the b
 own status and message (502 when it cannot be reached); failures after it started are
 yielded as a final `UpstreamError` delta, so the caller can end its response cleanly.
 
-The HTTP is `http1.ConnectionPool`, a lean client on asyncio protocols: a general client
+The HTTP is `http1_pool.ConnectionPool`, a lean client on asyncio protocols: a general client
 cost more per request and per HTTP chunk than the whole pipeline behind it.
 
 The backend's API key only ever travels in the `Authorization` header; no message, repr
@@ -27,7 +27,8 @@ from ..deltas import Delta, UpstreamError
 from ..errors import RequestError, server_error
 from ..sse import SSEDecoder, SSEError, SSEMessage
 from .chat_decode import INVALID_CHUNK, ChatChunkDecoder, decode_body, http_error
-from .http1 import ConnectionPool, Response
+from .http1 import Response
+from .http1_pool import ConnectionPool
 from .http1_wire import ConnectError, HTTPClientError, ProtocolError, ReadTimeout
 
 ERROR_BODY_LIMIT = 1 << 20  # enough for any error message; a larger body is cut

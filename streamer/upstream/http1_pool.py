@@ -1,0 +1,200 @@
+"""The keep-alive pool of the lean HTTP/1.1 client: connections to one origin.
+
+Connections (`http1.Connection`) are reused last-in first-out and dropped after
+`keepalive` idle seconds; `await pool.request(payload, timeout)` returns a `Response`
+once its head has arrived.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import ssl
+from collections.abc import Iterable
+from urllib.parse import unquote, urlsplit
+
+from .http1 import Connection, Response
+from .http1_wire import ConnectError, ServerDisconnected
+
+STALE_AFTER = 1.0  # see ConnectionPool.request
+
+
+class ConnectionPool:
+    """Keep-alive connections to the origin of `url` (http or https)."""
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        connect_timeout: float = 10,
+        keepalive: float = 4.0,
+        limit: int = 0,
+        ssl_context: ssl.SSLContext | None = None,
+        stale_after: float = STALE_AFTER,
+    ) -> None:
+        parts = urlsplit(url)
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise ValueError(f"not an http(s) URL: {parts.scheme}://{parts.hostname}")
+        self.host = parts.hostname
+        tls = parts.scheme == "https"
+        self.port = parts.port or (443 if tls else 80)
+        self.ssl = (ssl_context or ssl.create_default_context()) if tls else None
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        self.host_header = host if parts.port is None else f"{host}:{self.port}"
+        self.basic_auth = None
+        if parts.username is not None:
+            user = f"{unquote(parts.username)}:{unquote(parts.password or '')}"
+            self.basic_auth = "Basic " + base64.b64encode(user.encode()).decode()
+        self.connect_timeout = connect_timeout
+        self.keepalive = keepalive
+        self.stale_after = stale_after
+        self._limit = asyncio.Semaphore(limit) if limit > 0 else None
+        self._loop = asyncio.get_running_loop()
+        self._idle: list[Connection] = []  # a stack: the most recently used on top
+        self._in_use: set[Connection] = set()
+        self._sweeper: asyncio.TimerHandle | None = None
+        self._closed = False
+
+    @property
+    def idle_count(self) -> int:
+        return sum(1 for c in self._idle if not c.closed)
+
+    @property
+    def in_use_count(self) -> int:
+        return len(self._in_use)
+
+    def head(
+        self, method: str, target: str, headers: Iterable[tuple[str, str]], length: int | None
+    ) -> bytes:
+        """A request head (blank line included): Host and Connection added, CR/LF refused."""
+        lines = [f"{method} {target} HTTP/1.1", f"Host: {self.host_header}"]
+        lines.append("Connection: keep-alive")
+        for name, value in headers:
+            if "\r" in name or "\n" in name or "\r" in value or "\n" in value or ":" in name:
+                raise ValueError(f"invalid header {name!r}")
+            lines.append(f"{name}: {value}")
+        if length is not None:
+            lines.append(f"Content-Length: {length}")
+        return ("\r\n".join(lines) + "\r\n\r\n").encode()
+
+    async def request(self, payload: bytes, timeout: float) -> Response:
+        """Send `payload` (head and body) and return the response once its head is in.
+
+        A kept-alive connection that the server closed while it sat idle here (its close
+        raced our request) is retried once on a new one, when nothing of a response arrived:
+        the server never took that request. Only connections idle for `stale_after` seconds
+        or more are suspected, since a server never drops a fresher one for idleness; a
+        connection dropped sooner is a server refusing the request, which is not retried.
+        """
+        conn, idle_for = await self._acquire()
+        try:
+            return await conn.exchange(payload, timeout)
+        except ServerDisconnected:
+            if conn.got_any or idle_for < self.stale_after:
+                raise
+        except BaseException:
+            conn.abort()  # cancelled or timed out: the server must see us go at once
+            raise
+        conn, _ = await self._acquire(fresh=True)
+        try:
+            return await conn.exchange(payload, timeout)
+        except BaseException:
+            conn.abort()
+            raise
+
+    async def close(self) -> None:
+        self._closed = True
+        for conn in [*self._idle, *self._in_use]:
+            conn.abort()
+        self._idle.clear()
+        self._in_use.clear()
+        if self._sweeper is not None:
+            self._sweeper.cancel()
+            self._sweeper = None
+
+    # -- internals ------------------------------------------------------------------------
+
+    async def _acquire(self, fresh: bool = False) -> tuple[Connection, float]:
+        """A connection for one request, and how long it had been idle (-1: a new one).
+
+        With a limit, a connection in use holds a slot until it is released or lost.
+        """
+        if self._limit is not None:
+            await self._limit.acquire()
+        try:
+            now = self._loop.time()
+            idle = self._idle
+            while idle and not fresh:
+                conn = idle.pop()
+                if conn.closed:
+                    continue
+                if now - conn.idle_since >= self.keepalive:
+                    conn.abort()
+                    continue
+                self._in_use.add(conn)
+                return conn, now - conn.idle_since
+            conn = await self._connect()
+        except BaseException:
+            if self._limit is not None:
+                self._limit.release()
+            raise
+        self._in_use.add(conn)
+        return conn, -1.0
+
+    async def _connect(self) -> Connection:
+        conn = Connection(self)
+        try:
+            async with asyncio.timeout(self.connect_timeout):
+                await self._loop.create_connection(
+                    lambda: conn,
+                    self.host,
+                    self.port,
+                    ssl=self.ssl,
+                    server_hostname=self.host if self.ssl else None,
+                )
+        except TimeoutError:
+            raise ConnectError(f"no connection within {self.connect_timeout:g} s") from None
+        except ConnectionRefusedError:
+            raise ConnectError("connection refused") from None
+        except OSError as exc:
+            raise ConnectError(exc.strerror or str(exc) or type(exc).__name__) from None
+        if self._closed:
+            conn.abort()
+            raise ConnectError("the client is closed")
+        if conn.closed:
+            raise ServerDisconnected("the server closed the connection at once")
+        return conn
+
+    def release(self, conn: Connection) -> None:
+        """Back to the pool if its response ended cleanly (unread bytes of it are dropped)."""
+        self._forget(conn)
+        if not conn.keepable or self._closed:
+            conn.abort()
+            return
+        if conn.closed:
+            return
+        if conn.transport is not None and conn.transport.get_write_buffer_size():
+            conn.abort()  # answered before the request was all sent: its rest is in the way
+            return
+        conn.chunks = []
+        conn._unread = 0
+        conn.idle_since = self._loop.time()
+        self._idle.append(conn)
+        if self._sweeper is None:
+            self._sweeper = self._loop.call_at(conn.idle_since + self.keepalive, self._sweep)
+
+    def _forget(self, conn: Connection) -> None:
+        if conn in self._in_use:
+            self._in_use.discard(conn)
+            if self._limit is not None:
+                self._limit.release()
+
+    def _sweep(self) -> None:
+        """Close the connections idle for `keepalive` seconds (the oldest are at the bottom)."""
+        self._sweeper = None
+        now = self._loop.time()
+        idle = self._idle
+        while idle and (idle[0].closed or now - idle[0].idle_since >= self.keepalive):
+            idle.pop(0).abort()
+        if idle:
+            self._sweeper = self._loop.call_at(idle[0].idle_since + self.keepalive, self._sweep)
