@@ -18,7 +18,6 @@ import asyncio
 import contextlib
 import os
 import signal
-import socket
 import sys
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
@@ -30,6 +29,7 @@ import orjson
 import pytest
 from harness import GatewayHarness
 from prometheus_client.parser import text_string_to_metric_families
+from redis_server import free_port
 from scripted_backend import (
     DONE,
     ScriptedBackend,
@@ -48,12 +48,6 @@ REPO = Path(__file__).resolve().parent.parent
 TEXT = [*text_chunks(["Hel", "lo"]), finish("stop"), usage(3, 2), DONE]
 
 # -- a gateway process --------------------------------------------------------------------
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 @dataclass

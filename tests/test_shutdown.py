@@ -25,7 +25,7 @@ from typing import Any
 import aiohttp
 import orjson
 import pytest
-from redis_server import RedisServer, requires_redis
+from redis_server import RedisServer, free_port, requires_redis
 from scripted_backend import (
     DONE,
     HANG,
@@ -47,12 +47,6 @@ from test_faults import (
 )
 
 REPO = Path(__file__).resolve().parents[1]
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 @dataclass
