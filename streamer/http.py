@@ -27,6 +27,17 @@ SSE_HEADERS = {
 SHUT_DOWN = "The gateway shut down before the response finished; retry the request."
 
 
+class _SSEReply(web.StreamResponse):
+    """A streamed reply whose head leaves with the first events, in one write.
+
+    Every write on loopback or a LAN costs a syscall and a wake-up of the reader; the
+    head on its own would be one more per response (aiohttp's plain responses already
+    buffer it the same way).
+    """
+
+    _send_headers_immediately = False
+
+
 class InFlight:
     """The HTTP turns being served, so that a shutdown lets them finish, then ends the rest.
 
@@ -165,7 +176,7 @@ async def stream_sse(
     except BaseException:
         await events.aclose()
         raise
-    reply = web.StreamResponse(headers={**SSE_HEADERS, "X-Request-Id": request_id.get() or ""})
+    reply = _SSEReply(headers={**SSE_HEADERS, "X-Request-Id": request_id.get() or ""})
     await reply.prepare(request)
     streamer = turn.streamer
     ending: list[Any] = []  # the last batch, while it is being stored and not yet written
@@ -176,6 +187,8 @@ async def stream_sse(
                 ending = batch
                 await gateway.remember(turn)
                 ending = []
+                await reply.write_eof(sse.encode_many(batch))  # the end and the last chunk: one write
+                return reply
             await reply.write(sse.encode_many(batch))
     except asyncio.CancelledError:
         if not in_flight.absorb_cut():

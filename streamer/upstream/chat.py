@@ -34,7 +34,7 @@ from .http1_wire import ConnectError, HTTPClientError, ProtocolError, ReadTimeou
 ERROR_BODY_LIMIT = 1 << 20  # enough for any error message; a larger body is cut
 JSON_BODY_LIMIT = 64 << 20  # a whole non-streamed completion
 _DRAIN_LIMIT = 1 << 16  # bytes read after [DONE] to reach EOF and keep the connection
-_FIRST_BATCH, _MAX_BATCH = 4, 256  # events decoded per batch: the first few, then doubling
+_FIRST_BATCH, _MAX_BATCH = 4, 512  # events decoded per batch: the first few, then the rest
 _DRAIN_TIMEOUT = 0.1  # the end of the body follows [DONE] at once; never hold the caller longer
 # Shorter than the 5 s keep-alive of uvicorn (vLLM, SGLang) and llama.cpp, so a pooled
 # connection is dropped here before the server drops it under a request.
@@ -247,9 +247,9 @@ class ChatStream:
         self._sse = SSEDecoder()
         self._chat = ChatChunkDecoder()
         self._ended = response is None
-        # Events of the last read not decoded yet. One read can hold a whole answer; it
-        # goes out in batches that start small and double, so the first text leaves
-        # before the rest is decoded (time to first byte), and later batches stay big.
+        # Events of the last read not decoded yet. One read can hold a whole answer: its
+        # first few events go out at once, so the first text leaves before the rest is
+        # decoded (time to first byte), then the rest in as few batches (writes) as may be.
         self._backlog: list[bytes | SSEMessage] = []
         self._batch = _FIRST_BATCH
 
@@ -333,26 +333,17 @@ class ChatStream:
     def _decode_backlog(self) -> list[Delta]:
         size = self._batch
         messages, self._backlog = self._backlog[:size], self._backlog[size:]
-        self._batch = min(size * 2, _MAX_BATCH)
+        self._batch = _MAX_BATCH
         return self._decode_messages(messages)
 
     def _decode_messages(self, messages: list[bytes | SSEMessage]) -> list[Delta]:
-        out: list[Delta] = []
         chat = self._chat
-        feed = chat.feed
-        for message in messages:
-            if message.__class__ is bytes:  # a plain `data:` event, raw
-                deltas = feed(message)
-            else:
-                deltas = feed(message.data, message.event)
-            if deltas:
-                out += deltas
-                if deltas[-1].__class__ is UpstreamError:
-                    self._backlog = []
-                    self._ended = True
-                    self._abort()
-                    return out
-        if chat.done:  # [DONE]: what followed it decoded to nothing
+        out = chat.decode(messages)
+        if out and out[-1].__class__ is UpstreamError:
+            self._backlog = []
+            self._ended = True
+            self._abort()
+        elif chat.done:  # [DONE]: what followed it decoded to nothing
             self._ended = True  # the next __anext__ drains to EOF and ends
         return out
 

@@ -27,13 +27,17 @@ from ..deltas import (
     Usage,
 )
 from ..errors import RequestError
-from ..sse import SSEDecoder, SSEError
+from ..sse import SSEDecoder, SSEError, SSEMessage
+from .chunk_shapes import Shape, learn_arguments, learn_text
 
 INVALID_CHUNK = "invalid_upstream_chunk"
 _RATE_LIMIT_HEADERS = ("retry-after", "retry-after-ms")
 _SNIPPET = 120
 
 
+_LESSONS = 4  # shapes learnt per stream at most: a backend whose chunks all differ costs little
+_loads = orjson.loads
+_JSONDecodeError = orjson.JSONDecodeError
 _TEXT_ONLY = frozenset({"content", "role"})
 _CALLS_ONLY = frozenset({"tool_calls"})
 _FRAGMENT_KEYS = frozenset({"index", "function"})
@@ -62,11 +66,54 @@ def _argument_fragment(calls: Any) -> ToolCallDelta | None:
 class ChatChunkDecoder:
     """One per backend stream. `done` is set by `[DONE]`, `finished` by a finish reason."""
 
-    __slots__ = ("done", "finished")
+    __slots__ = ("_args", "_lessons", "_text", "done", "finished")
 
     def __init__(self) -> None:
         self.done = False
         self.finished = False
+        self._text: Shape | None = None  # the stream's text chunk, once seen (chunk_shapes)
+        self._args: Shape | None = None  # its argument-fragment chunk
+        self._lessons = _LESSONS
+
+    def decode(self, messages: list[bytes | SSEMessage]) -> list[Delta]:
+        """Decode a batch of events (raw `data:` payloads, or messages); stop after an error.
+
+        The per-token chunks are sliced through the stream's learnt shapes; any other
+        payload goes through `feed`.
+        """
+        out: list[Delta] = []
+        append = out.append
+        text = self._text
+        args = self._args
+        for message in messages:
+            if message.__class__ is bytes:
+                if text is not None and message.startswith(text[0]) and message.endswith(text[1]):
+                    try:
+                        value = _loads(message[len(text[0]) : -len(text[1])])
+                    except _JSONDecodeError:
+                        value = None
+                    if value.__class__ is str:
+                        if value and not self.done:
+                            append(TextDelta(value))
+                        continue
+                if args is not None and message.startswith(args[0]) and message.endswith(args[1]):
+                    try:
+                        value = _loads(message[len(args[0]) : -len(args[1])])
+                    except _JSONDecodeError:
+                        value = None
+                    if value.__class__ is str:
+                        if not self.done:
+                            append(ToolCallDelta(args[2], None, None, value))
+                        continue
+                deltas = self.feed(message)
+                text, args = self._text, self._args  # it may have learnt a shape
+            else:
+                deltas = self.feed(message.data, message.event)  # type: ignore[union-attr]
+            if deltas:
+                out += deltas
+                if deltas[-1].__class__ is UpstreamError:
+                    break
+        return out
 
     def feed(self, message_data: str | bytes, event: str | None = None) -> list[Delta]:
         """Decode one `data:` payload; `event` is the SSE event name, if the backend sent one."""
@@ -105,10 +152,17 @@ class ChatChunkDecoder:
                     if keys <= _TEXT_ONLY:
                         content = delta.get("content")
                         if content.__class__ is str:
+                            if content and self._lessons and message_data.__class__ is bytes:
+                                self._lessons -= 1
+                                self._text = learn_text(message_data, obj) or self._text
                             return [TextDelta(content)] if content else []
                     elif keys == _CALLS_ONLY:
                         fragment = _argument_fragment(delta["tool_calls"])
                         if fragment is not None:
+                            if self._lessons and message_data.__class__ is bytes:
+                                self._lessons -= 1
+                                shape = learn_arguments(message_data, obj, fragment.index)
+                                self._args = shape or self._args
                             return [fragment]
         error = payload_error(obj)
         if error is None and event == "error":
