@@ -187,7 +187,9 @@ async def stream_sse(
                 ending = batch
                 await gateway.remember(turn)
                 ending = []
-                await reply.write_eof(sse.encode_many(batch))  # the end and the last chunk: one write
+                await reply.write_eof(
+                    sse.encode_many(batch)
+                )  # the end and the last chunk: one write
                 return reply
             await reply.write(sse.encode_many(batch))
     except asyncio.CancelledError:
