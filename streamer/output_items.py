@@ -7,7 +7,6 @@ arguments, and the failure codes clients act on.
 
 from __future__ import annotations
 
-import io
 from collections.abc import Callable
 from typing import Any
 
@@ -58,9 +57,34 @@ class Part:
                 b'"logprobs":[],' if kind == "output_text" else b"",
             )
         )
-        # The text so far. A StringIO keeps it compact (a list of thousands of small
-        # strings costs ~60 bytes a delta), and many streams are open at once.
-        self.text = io.StringIO()
+        self.text = TextBuffer()
+
+
+class TextBuffer:
+    """The text of a part so far, compact while thousands of small deltas arrive.
+
+    A list of the deltas (or a StringIO, which keeps them the same way until read)
+    costs ~60 bytes of object per delta and holds them all: 126 kB for a 15 kB answer of
+    2,000 deltas, with many streams open at once. Every `_JOIN` deltas become one
+    string here: ~17 kB for that answer, and each character is copied once.
+    """
+
+    __slots__ = ("_joined", "_parts")
+    _JOIN = 64
+
+    def __init__(self) -> None:
+        self._joined: list[str] = []
+        self._parts: list[str] = []
+
+    def write(self, text: str) -> None:
+        parts = self._parts
+        parts.append(text)
+        if len(parts) >= self._JOIN:
+            self._joined.append("".join(parts))
+            parts.clear()
+
+    def getvalue(self) -> str:
+        return "".join(self._joined + self._parts)
 
 
 class Item:

@@ -294,3 +294,14 @@ def test_item_ids_are_unique_and_stable(n: int) -> None:
     }
     assert added == done == {i["id"]: i["call_id"] for i in response["output"]}
     assert len(added) == n
+
+
+def test_text_buffer_keeps_every_piece_in_order_across_joins() -> None:
+    from streamer.output_items import TextBuffer
+
+    pieces = [f"{i}é " for i in range(TextBuffer._JOIN * 3 + 5)]
+    buffer = TextBuffer()
+    for piece in pieces:
+        buffer.write(piece)
+        assert buffer.getvalue().endswith(piece)
+    assert buffer.getvalue() == "".join(pieces)

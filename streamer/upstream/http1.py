@@ -39,7 +39,8 @@ from .http1_wire import (
     parse_head,
 )
 
-HIGH_WATER = 64 << 10  # unread body bytes above which the socket is paused
+HIGH_WATER = 16 << 10  # unread body bytes above which the socket is paused
+READ_SIZE = 16 << 10  # bytes per socket read at most
 
 _HEAD, _BODY, _DONE = 1, 2, 3  # phases of a response
 
@@ -102,8 +103,14 @@ class Response:
             conn.abort()
 
 
-class Connection(asyncio.Protocol):
-    """One TCP (or TLS) connection; parses the response to the request in flight."""
+class Connection(asyncio.BufferedProtocol):
+    """One TCP (or TLS) connection; parses the response to the request in flight.
+
+    It reads into a buffer of its own, `READ_SIZE` at most per read: a backend that
+    sends a whole long answer at once (they do, on loopback) then waits in the kernel's
+    socket buffer instead of this process's memory, and each read is a batch that goes
+    out to the client before the next is taken.
+    """
 
     def __init__(self, pool: ConnectionPool) -> None:
         self.pool = pool
@@ -126,6 +133,7 @@ class Connection(asyncio.Protocol):
         self._timeout = 0.0
         self._last = 0.0
         self._timer: asyncio.TimerHandle | None = None
+        self._buffer = memoryview(bytearray(READ_SIZE))
 
     # -- the request ------------------------------------------------------------------
 
@@ -198,6 +206,12 @@ class Connection(asyncio.Protocol):
         if sock is not None:
             with contextlib.suppress(OSError):
                 sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+
+    def get_buffer(self, sizehint: int) -> memoryview:
+        return self._buffer
+
+    def buffer_updated(self, nbytes: int) -> None:
+        self.data_received(bytes(self._buffer[:nbytes]))
 
     def data_received(self, data: bytes) -> None:
         self.got_any = True
