@@ -192,6 +192,8 @@ async def stream_sse(
                 )  # the end and the last chunk: one write
                 return reply
             await reply.write(sse.encode_many(batch))
+    except ConnectionResetError:  # the client left between two writes: let the backend go
+        return reply
     except asyncio.CancelledError:
         if not in_flight.absorb_cut():
             raise
