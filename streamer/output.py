@@ -134,6 +134,31 @@ class OutputItemStreamer:
                     )
                     self._seq = seq + 1
                     continue
+            elif cls is ToolCallDelta:  # the per-fragment path of the live call, inlined
+                live = self._live
+                arguments = delta.arguments  # type: ignore[union-attr]
+                if (
+                    live is not None
+                    and live.index == delta.index  # type: ignore[union-attr]
+                    and arguments
+                    and delta.id is None  # type: ignore[union-attr]
+                    and delta.name is None  # type: ignore[union-attr]
+                ):
+                    live.args.append(arguments)
+                    seq = self._seq
+                    self._events.append(
+                        _event(
+                            Event,
+                            (
+                                "response.function_call_arguments.delta",
+                                b'%s%s,"sequence_number":%d}'
+                                % (live.delta_prefix, _dumps(arguments), seq),
+                                seq,
+                            ),
+                        )
+                    )
+                    self._seq = seq + 1
+                    continue
             elif cls is UpstreamError:
                 return self.fail(delta.code, delta.message)  # type: ignore[union-attr]
             handlers[cls](delta)
