@@ -187,9 +187,8 @@ async def stream_sse(
                 ending = batch
                 await gateway.remember(turn)
                 ending = []
-                await reply.write_eof(
-                    sse.encode_many(batch)
-                )  # the end and the last chunk: one write
+                # the last events and the end of the chunked body: one write
+                await reply.write_eof(sse.encode_many(batch))
                 return reply
             await reply.write(sse.encode_many(batch))
     except ConnectionResetError:  # the client left between two writes: let the backend go

@@ -34,7 +34,7 @@ from .http1_wire import ConnectError, HTTPClientError, ProtocolError, ReadTimeou
 ERROR_BODY_LIMIT = 1 << 20  # enough for any error message; a larger body is cut
 JSON_BODY_LIMIT = 64 << 20  # a whole non-streamed completion
 _DRAIN_LIMIT = 1 << 16  # bytes read after [DONE] to reach EOF and keep the connection
-_FIRST_BATCH, _MAX_BATCH = 4, 128  # events decoded per batch: the first few, then the rest
+_FIRST_BATCH, _MAX_BATCH = 4, 256  # events decoded per batch: the first few, then up to 256
 _DRAIN_TIMEOUT = 0.1  # the end of the body follows [DONE] at once; never hold the caller longer
 # Shorter than the 5 s keep-alive of uvicorn (vLLM, SGLang) and llama.cpp, so a pooled
 # connection is dropped here before the server drops it under a request.

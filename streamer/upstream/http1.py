@@ -39,8 +39,8 @@ from .http1_wire import (
     parse_head,
 )
 
-HIGH_WATER = 16 << 10  # unread body bytes above which the socket is paused
-READ_SIZE = 16 << 10  # bytes per socket read at most
+HIGH_WATER = 32 << 10  # unread body bytes above which the socket is paused
+READ_SIZE = 32 << 10  # bytes per socket read at most
 
 _HEAD, _BODY, _DONE = 1, 2, 3  # phases of a response
 
