@@ -8,6 +8,7 @@ same run for non-streaming requests. Every frontend goes through these three.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -27,6 +28,11 @@ log = logging.getLogger("streamer.pipeline")
 class UpstreamStream(Protocol):
     def __aiter__(self) -> AsyncIterator[list[Delta]]: ...
     async def aclose(self) -> None: ...
+
+    @property
+    def ready(self) -> bool:
+        """Deltas can be had without waiting (the backend's first bytes came with its head)."""
+        ...
 
 
 class Upstream(Protocol):
@@ -218,8 +224,15 @@ async def stream_events(
     else:  # record the backend's bytes as they come (`--tap-dir`)
         stream = await upstream.open(turn.chat_request, headers=turn.headers or None, on_raw=on_raw)
     try:
-        yield streamer.start()
-        async for deltas in stream:
+        first = streamer.start()
+        deltas_of = aiter(stream)
+        if stream.ready:  # the first deltas are there already: they leave with `created`
+            with contextlib.suppress(StopAsyncIteration):
+                first += streamer.feed(await anext(deltas_of))
+        yield first
+        if streamer.done:
+            return
+        async for deltas in deltas_of:
             events = streamer.feed(deltas)
             if events:
                 yield events

@@ -256,6 +256,12 @@ class ChatStream:
     def __aiter__(self) -> ChatStream:
         return self
 
+    @property
+    def ready(self) -> bool:
+        """Deltas can be had without waiting: the backend's first bytes came with its head."""
+        resp = self._resp
+        return bool(self._pending or self._backlog) or (resp is not None and resp.buffered)
+
     async def __anext__(self) -> list[Delta]:
         if self._pending is not None:
             batch, self._pending = self._pending, None

@@ -67,6 +67,12 @@ class Response:
         return conn is None or conn.phase == _DONE
 
     @property
+    def buffered(self) -> bool:
+        """Body bytes have arrived that `read()` returns without waiting."""
+        conn = self._conn
+        return conn is not None and bool(conn.chunks)
+
+    @property
     def transport(self) -> asyncio.Transport | None:
         return self._conn.transport if self._conn is not None else None
 
