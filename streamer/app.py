@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 import hmac
 import logging
 import os
@@ -62,7 +63,7 @@ async def observe_middleware(request: web.Request, handler: Handler) -> web.Stre
             metrics.active_sockets.dec()
         route = request.match_info.route.resource
         name = route.canonical if route is not None else "unmatched"
-        metrics.requests.labels(request.method, name, str(status)).inc()
+        metrics.child(metrics.requests, request.method, name, str(status)).inc()
         logs.access(request.method, request.path, status, started)
         logs.request_id.reset(token)
 
@@ -256,6 +257,13 @@ def create_app(settings: Settings) -> web.Application:
     return app
 
 
+async def _freeze_startup_objects(app: web.Application) -> None:
+    """What startup made (modules, the app, the gateway) lives as long as the process:
+    out of the collector's sight, each full collection is ~9 ms shorter."""
+    gc.collect()
+    gc.freeze()
+
+
 def serve(settings: Settings) -> None:
     """Run the gateway until SIGINT/SIGTERM (uvloop when available)."""
     try:
@@ -268,8 +276,10 @@ def serve(settings: Settings) -> None:
         f"-> {settings.upstream or 'embedded scripted model'} (pid {os.getpid()})",
         flush=True,
     )
+    app = create_app(settings)
+    app.on_startup.append(_freeze_startup_objects)
     web.run_app(
-        create_app(settings),
+        app,
         host=settings.host,
         port=settings.port,
         print=None,

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
@@ -32,6 +34,7 @@ class Metrics:
 
     def __init__(self) -> None:
         self.registry = registry = CollectorRegistry(auto_describe=True)
+        self._children: dict[tuple[int, tuple[str, ...]], Any] = {}
         self.requests = Counter(
             "streamer_http_requests",
             "HTTP requests by route and status.",
@@ -76,6 +79,15 @@ class Metrics:
             "streamer_store_operations", "Store operations by operation and outcome.",
             ("operation", "outcome"), registry=registry,
         )  # fmt: skip
+
+    def child(self, metric: Any, *values: str) -> Any:
+        """`metric.labels(*values)`, looked up once: each `labels` call takes a lock and
+        checks its values, and the hot ones are made for every request."""
+        key = (id(metric), values)
+        found = self._children.get(key)
+        if found is None:
+            found = self._children[key] = metric.labels(*values)
+        return found
 
     def render(self) -> bytes:
         return generate_latest(self.registry)

@@ -29,8 +29,8 @@ async def observed(gateway: Gateway, turn: Turn, transport: str) -> AsyncIterato
         recorder.client_request(turn.request)
         recorder.backend_request(turn.chat_request)
         on_raw = recorder.backend_chunk
-    sent = metrics.events.labels(transport)
-    active = metrics.active_streams.labels(transport)
+    sent = metrics.child(metrics.events, transport)
+    active = metrics.child(metrics.active_streams, transport)
     active.inc()
     first = True
     try:
@@ -55,7 +55,7 @@ async def observed(gateway: Gateway, turn: Turn, transport: str) -> AsyncIterato
         status = turn.response["status"]
         if not turn.streamer.done:  # refused before any event, or the client went away
             status = "refused" if first else "abandoned"
-        metrics.duration.labels(status).observe(time.monotonic() - started)
+        metrics.child(metrics.duration, status).observe(time.monotonic() - started)
         error = turn.response.get("error")
         if status == "failed" and error:
             metrics.backend_errors.labels(str(error.get("type") or error.get("code"))).inc()
