@@ -103,9 +103,9 @@ class OutputItemStreamer:
     def start(self, *, in_progress: bool = True) -> list[Event]:
         """`response.created`, then `response.in_progress` unless told otherwise."""
         self.response["status"] = "in_progress"
-        self._lifecycle("response.created")
+        response = self._lifecycle("response.created")
         if in_progress:
-            self._lifecycle("response.in_progress")
+            self._lifecycle("response.in_progress", response)  # the same response
         return self._take()
 
     def feed(self, deltas: Iterable[Delta]) -> list[Event]:
@@ -450,8 +450,17 @@ class OutputItemStreamer:
 
     # -- encoding -----------------------------------------------------------------
 
-    def _lifecycle(self, event_type: str) -> None:
-        self._event({"type": event_type, "response": self.response})
+    def _lifecycle(self, event_type: str, response: bytes | None = None) -> bytes:
+        """An event that carries the whole response; returns the response's JSON."""
+        if response is None:
+            response = _dumps(self.response)
+        seq = self._seq
+        self._emit(
+            b'{"type":"%s","response":%s,"sequence_number":%d}'
+            % (event_type.encode(), response, seq),
+            event_type,
+        )
+        return response
 
     def _event(self, event: dict[str, Any]) -> None:
         event["sequence_number"] = self._seq

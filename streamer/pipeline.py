@@ -34,6 +34,11 @@ class UpstreamStream(Protocol):
         """Deltas can be had without waiting (the backend's first bytes came with its head)."""
         ...
 
+    @property
+    def exhausted(self) -> bool:
+        """No more deltas will come (the backend's end has been read whole)."""
+        ...
+
 
 class Upstream(Protocol):
     """What the pipeline needs of a backend client (see streamer/upstream/chat.py)."""
@@ -256,11 +261,15 @@ async def stream_events(
         if stream.ready:  # the first deltas are there already: they leave with `created`
             with contextlib.suppress(StopAsyncIteration):
                 first += streamer.feed(await anext(deltas_of))
+            if stream.exhausted:
+                first += streamer.finish()
         yield first
         if streamer.done:
             return
         async for deltas in deltas_of:
             events = streamer.feed(deltas)
+            if stream.exhausted:  # the end is in: the terminal event leaves in this write
+                events += streamer.finish()
             if events:
                 yield events
             if streamer.done:

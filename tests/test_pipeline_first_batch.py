@@ -1,5 +1,6 @@
 """`stream_events`: the backend's first deltas leave with `response.created` when they are
-already there, and only then."""
+already there, and the terminal event with the last deltas when the backend's end is in;
+otherwise each waits for its own batch."""
 
 from __future__ import annotations
 
@@ -11,12 +12,18 @@ from streamer.pipeline import TurnOptions, prepare, stream_events
 
 class ListStream:
     """An upstream stream over given batches; `ready` as a backend's head arrives with or
-    without its first body bytes."""
+    without its first body bytes; `exhausted` once the last batch is taken, if the end of
+    the body came with it (`end_with_last`)."""
 
-    def __init__(self, batches: list[list[Delta]], ready: bool) -> None:
+    def __init__(self, batches: list[list[Delta]], ready: bool, end_with_last: bool) -> None:
         self.batches = batches
         self.ready = ready
+        self.end_with_last = end_with_last
         self.closed = False
+
+    @property
+    def exhausted(self) -> bool:
+        return self.end_with_last and not self.batches
 
     def __aiter__(self) -> ListStream:
         return self
@@ -38,9 +45,11 @@ class ListUpstream:
         return self.stream
 
 
-async def batches(ready: bool, deltas: list[list[Delta]]) -> tuple[list[list[str]], ListStream]:
+async def batches(
+    ready: bool, deltas: list[list[Delta]], end_with_last: bool = False
+) -> tuple[list[list[str]], ListStream]:
     turn = prepare({"model": "m", "input": "hi"}, TurnOptions())
-    stream = ListStream(deltas, ready)
+    stream = ListStream(deltas, ready, end_with_last)
     out = [[e.type for e in batch] async for batch in stream_events(turn, ListUpstream(stream))]
     return out, stream
 
@@ -68,3 +77,17 @@ async def test_created_leaves_alone_while_the_backend_has_sent_nothing() -> None
 async def test_a_ready_stream_that_ends_at_once_still_completes() -> None:
     out, _ = await batches(True, [])
     assert out == [["response.created", "response.in_progress"], ["response.completed"]]
+
+
+async def test_the_end_rides_with_the_last_deltas_when_it_is_in() -> None:
+    out, _ = await batches(False, [[TextDelta("a")], [TextDelta("b"), Finish("stop")]], True)
+    assert out[0] == ["response.created", "response.in_progress"]
+    assert out[-1][0] == "response.output_text.delta"
+    assert out[-1][-1] == "response.completed"
+    assert len(out) == 3
+
+
+async def test_a_whole_answer_in_the_first_read_is_one_batch() -> None:
+    out, _ = await batches(True, [[TextDelta("a"), Finish("stop")]], True)
+    assert len(out) == 1
+    assert out[0][0] == "response.created" and out[0][-1] == "response.completed"

@@ -262,6 +262,17 @@ class ChatStream:
         resp = self._resp
         return bool(self._pending or self._backlog) or (resp is not None and resp.buffered)
 
+    @property
+    def exhausted(self) -> bool:
+        """No more deltas will come: `[DONE]` and the whole body after it have been read."""
+        resp = self._resp
+        return (
+            self._chat.done
+            and not self._backlog
+            and not self._pending
+            and (resp is None or resp.complete)
+        )
+
     async def __anext__(self) -> list[Delta]:
         if self._pending is not None:
             batch, self._pending = self._pending, None
