@@ -119,7 +119,7 @@ class OutputItemStreamer:
                 hot = self._hot
                 text = delta.text  # type: ignore[union-attr]
                 if hot is not None and hot.kind == "output_text" and text:
-                    hot.text.write(text)
+                    hot.text.pieces.append(text)  # settled once per batch, below
                     seq = self._seq
                     self._events.append(
                         _event(
@@ -162,6 +162,8 @@ class OutputItemStreamer:
             elif cls is UpstreamError:
                 return self.fail(delta.code, delta.message)  # type: ignore[union-attr]
             handlers[cls](delta)
+        if self._hot is not None:
+            self._hot.text.settle()
         return self._take()
 
     def finish(self) -> list[Event]:

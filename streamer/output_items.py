@@ -65,26 +65,31 @@ class TextBuffer:
 
     A list of the deltas (or a StringIO, which keeps them the same way until read)
     costs ~60 bytes of object per delta and holds them all: 126 kB for a 15 kB answer of
-    2,000 deltas, with many streams open at once. Every `_JOIN` deltas become one
-    string here: ~17 kB for that answer, and each character is copied once.
+    2,000 deltas, with many streams open at once. Here the recent deltas wait in
+    `pieces` (the per-token path appends to it directly) and `settle()`, once per batch,
+    joins them into one string when there are `JOIN` or more: ~17 kB for that answer,
+    each character copied once.
     """
 
-    __slots__ = ("_joined", "_parts")
-    _JOIN = 64
+    __slots__ = ("_joined", "pieces")
+    JOIN = 64
 
     def __init__(self) -> None:
         self._joined: list[str] = []
-        self._parts: list[str] = []
+        self.pieces: list[str] = []
 
     def write(self, text: str) -> None:
-        parts = self._parts
-        parts.append(text)
-        if len(parts) >= self._JOIN:
-            self._joined.append("".join(parts))
-            parts.clear()
+        self.pieces.append(text)
+        self.settle()
+
+    def settle(self) -> None:
+        pieces = self.pieces
+        if len(pieces) >= self.JOIN:
+            self._joined.append("".join(pieces))
+            pieces.clear()
 
     def getvalue(self) -> str:
-        return "".join(self._joined + self._parts)
+        return "".join(self._joined + self.pieces)
 
 
 class Item:

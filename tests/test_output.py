@@ -299,9 +299,24 @@ def test_item_ids_are_unique_and_stable(n: int) -> None:
 def test_text_buffer_keeps_every_piece_in_order_across_joins() -> None:
     from streamer.output_items import TextBuffer
 
-    pieces = [f"{i}é " for i in range(TextBuffer._JOIN * 3 + 5)]
+    pieces = [f"{i}é " for i in range(TextBuffer.JOIN * 3 + 5)]
     buffer = TextBuffer()
     for piece in pieces:
         buffer.write(piece)
         assert buffer.getvalue().endswith(piece)
     assert buffer.getvalue() == "".join(pieces)
+
+
+def test_long_text_stays_compact_while_it_streams_and_is_whole_at_the_end() -> None:
+    pieces = [f"w{i} " for i in range(1000)]
+    s = OutputItemStreamer(ResponsesToolNames.convert([]), new_response({"model": "m"}))
+    s.start()
+    deltas: list[Any] = []
+    for start in range(0, len(pieces), 100):
+        deltas += s.feed([TextDelta(p) for p in pieces[start : start + 100]])
+        hot = s._hot
+        assert hot is not None and len(hot.text.pieces) < hot.text.JOIN
+    texts = [orjson.loads(e.data)["delta"] for e in deltas if e.type.endswith("text.delta")]
+    assert texts == pieces
+    done = [orjson.loads(e.data) for e in s.finish() if e.type == "response.output_text.done"]
+    assert done[0]["text"] == "".join(pieces)
