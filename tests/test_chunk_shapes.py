@@ -43,7 +43,7 @@ def test_text_shape_is_learnt_and_used() -> None:
     payloads = [orjson.dumps(text_chunk(t)) for t in ("Hel", "lo", ' "q" \\', "")]
     decoder = ChatChunkDecoder()
     assert decoder.decode(payloads) == [TextDelta("Hel"), TextDelta("lo"), TextDelta(' "q" \\')]
-    assert decoder._text is not None
+    assert decoder._text.head
     assert decoder._lessons == 3  # learnt once; the later chunks were sliced
 
 
@@ -54,7 +54,7 @@ def test_argument_shape_keeps_the_call_index() -> None:
         ToolCallDelta(2, None, None, '{"a":'),
         ToolCallDelta(2, None, None, ' "x"}'),
     ]
-    assert decoder._args is not None and decoder._args.index == 2
+    assert decoder._args.head and decoder._args.index == 2
 
 
 def test_a_spaced_encoder_and_a_deeper_content_key() -> None:

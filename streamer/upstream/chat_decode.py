@@ -28,7 +28,7 @@ from ..deltas import (
 )
 from ..errors import RequestError
 from ..sse import SSEDecoder, SSEError, SSEMessage
-from .chunk_shapes import Shape, learn_arguments, learn_text
+from .chunk_shapes import NO_SHAPE, learn_arguments, learn_text
 
 INVALID_CHUNK = "invalid_upstream_chunk"
 _RATE_LIMIT_HEADERS = ("retry-after", "retry-after-ms")
@@ -71,8 +71,8 @@ class ChatChunkDecoder:
     def __init__(self) -> None:
         self.done = False
         self.finished = False
-        self._text: Shape | None = None  # the stream's text chunk, once seen (chunk_shapes)
-        self._args: Shape | None = None  # its argument-fragment chunk
+        self._text = NO_SHAPE  # the stream's text chunk, once seen (chunk_shapes)
+        self._args = NO_SHAPE  # its argument-fragment chunk
         self._lessons = _LESSONS
 
     def decode(self, messages: list[bytes | SSEMessage]) -> list[Delta]:
@@ -83,30 +83,36 @@ class ChatChunkDecoder:
         """
         out: list[Delta] = []
         append = out.append
-        text = self._text
-        args = self._args
+        # The shapes as locals, and a slice compared rather than a startswith call: this
+        # is the per-token path. A payload too short for head and tail only fails to parse.
+        text, args = self._text, self._args
+        th, tt, _, ts, te = text
+        ah, at, index, as_, ae = args
         for message in messages:
             if message.__class__ is bytes:
-                if text is not None and message.startswith(text[0]) and message.endswith(text[1]):
+                if th and message[:ts] == th and message[te:] == tt:
                     try:
-                        value = _loads(message[len(text[0]) : -len(text[1])])
+                        value = _loads(message[ts:te])
                     except _JSONDecodeError:
                         value = None
                     if value.__class__ is str:
                         if value and not self.done:
                             append(TextDelta(value))
                         continue
-                if args is not None and message.startswith(args[0]) and message.endswith(args[1]):
+                if ah and message[:as_] == ah and message[ae:] == at:
                     try:
-                        value = _loads(message[len(args[0]) : -len(args[1])])
+                        value = _loads(message[as_:ae])
                     except _JSONDecodeError:
                         value = None
                     if value.__class__ is str:
                         if not self.done:
-                            append(ToolCallDelta(args[2], None, None, value))
+                            append(ToolCallDelta(index, None, None, value))
                         continue
                 deltas = self.feed(message)
-                text, args = self._text, self._args  # it may have learnt a shape
+                if text is not self._text or args is not self._args:  # it learnt a shape
+                    text, args = self._text, self._args
+                    th, tt, _, ts, te = text
+                    ah, at, index, as_, ae = args
             else:
                 deltas = self.feed(message.data, message.event)  # type: ignore[union-attr]
             if deltas:

@@ -26,6 +26,11 @@ class Shape(NamedTuple):
     head: bytes  # the payload up to the string's opening quote
     tail: bytes  # the payload after its closing quote
     index: int  # the tool call's index (argument fragments); 0 for text
+    start: int  # len(head): where the string starts
+    end: int  # -len(tail): where it ends, from the end
+
+
+NO_SHAPE = Shape(b"", b"", 0, 0, 0)  # matches nothing (an empty head is never tried)
 
 
 def _text_slot(obj: Any) -> dict[str, Any]:
@@ -75,5 +80,5 @@ def _learn(
         except (orjson.JSONDecodeError, LookupError, TypeError, AttributeError):
             continue
         if probe == obj:
-            return Shape(head, tail, index)
+            return Shape(head, tail, index, len(head), -len(tail))
     return None
