@@ -13,7 +13,6 @@ from aiohttp import web
 from . import sse
 from .errors import RequestError, invalid
 from .gateway import GATEWAY, Gateway
-from .logs import request_id
 from .observe import observed
 from .pipeline import collect
 
@@ -176,7 +175,7 @@ async def stream_sse(
     except BaseException:
         await events.aclose()
         raise
-    reply = _SSEReply(headers={**SSE_HEADERS, "X-Request-Id": request_id.get() or ""})
+    reply = _SSEReply(headers=SSE_HEADERS)  # X-Request-Id: added by the app on every answer
     await reply.prepare(request)
     streamer = turn.streamer
     ending: list[Any] = []  # the last batch, while it is being stored and not yet written
