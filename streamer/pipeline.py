@@ -255,14 +255,15 @@ async def stream_events(
         stream = await upstream.open(turn.chat_request, headers=turn.headers or None)
     else:  # record the backend's bytes as they come (`--tap-dir`)
         stream = await upstream.open(turn.chat_request, headers=turn.headers or None, on_raw=on_raw)
+    unsent = streamer.start()  # events made but not yet yielded: a failure sends them first
     try:
-        first = streamer.start()
         deltas_of = aiter(stream)
         if stream.ready:  # the first deltas are there already: they leave with `created`
             with contextlib.suppress(StopAsyncIteration):
-                first += streamer.feed(await anext(deltas_of))
+                unsent += streamer.feed(await anext(deltas_of))
             if stream.exhausted:
-                first += streamer.finish()
+                unsent += streamer.finish()
+        first, unsent = unsent, []
         yield first
         if streamer.done:
             return
@@ -276,11 +277,13 @@ async def stream_events(
                 return
         yield streamer.finish()
     except RequestError as exc:
-        yield streamer.fail(exc.code or "server_error", exc.message)
+        yield unsent + streamer.fail(exc.code or "server_error", exc.message)
     except Exception:
         # A bug must still end the stream well-formed, never as a torn connection.
         log.exception("turn %s failed", turn.response["id"])
-        yield streamer.fail("server_error", "The gateway failed while streaming the response.")
+        yield unsent + streamer.fail(
+            "server_error", "The gateway failed while streaming the response."
+        )
     finally:
         await stream.aclose()
 

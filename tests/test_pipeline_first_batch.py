@@ -91,3 +91,18 @@ async def test_a_whole_answer_in_the_first_read_is_one_batch() -> None:
     out, _ = await batches(True, [[TextDelta("a"), Finish("stop")]], True)
     assert len(out) == 1
     assert out[0][0] == "response.created" and out[0][-1] == "response.completed"
+
+
+class BrokenStream(ListStream):
+    """A stream whose first read fails with a bug of the gateway's own."""
+
+    async def __anext__(self) -> list[Delta]:
+        raise RuntimeError("a bug")
+
+
+async def test_a_failure_in_the_first_read_still_sends_created_first() -> None:
+    turn = prepare({"model": "m", "input": "hi"}, TurnOptions())
+    stream = BrokenStream([], ready=True, end_with_last=False)
+    out = [[e.type for e in b] async for b in stream_events(turn, ListUpstream(stream))]
+    assert out == [["response.created", "response.in_progress", "response.failed"]]
+    assert stream.closed
