@@ -238,7 +238,8 @@ def write(result: dict[str, Any], out_dir: Path, name: str) -> dict[str, Path]:
         result["plot_note"] = note
         result.pop("plot", None)
     else:
-        result["plot"] = str(png.relative_to(ROOT))
+        png = png.resolve()
+        result["plot"] = str(png.relative_to(ROOT) if png.is_relative_to(ROOT) else png)
         paths["png"] = png
     paths["json"].write_text(json.dumps(result, indent=1) + "\n")
     paths["md"].write_text(markdown(result))

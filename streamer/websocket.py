@@ -26,6 +26,7 @@ from .events import Event
 from .gateway import GATEWAY, Gateway, continuation, previous_not_found
 from .observe import observed
 from .pipeline import Turn, warmup
+from .ws_frames import text_frames
 
 log = logging.getLogger("streamer.websocket")
 
@@ -274,14 +275,24 @@ class Session:
     # -- sending ------------------------------------------------------------------
 
     async def send(self, events: list[Event], lane: Lane) -> None:
-        ws = self.ws
+        """One message per event; the batch in one write unless the socket compresses."""
         if lane is None:
-            for event in events:
-                await ws.send_frame(event.data, WSMsgType.TEXT)
+            messages = [event.data for event in events]
+        else:
+            tail = b',"stream_id":%s}' % orjson.dumps(lane)  # every event is a JSON object
+            messages = [event.data[:-1] + tail for event in events]
+        ws = self.ws
+        if ws.compress:  # permessage-deflate: the library compresses and frames each one
+            for message in messages:
+                await ws.send_frame(message, WSMsgType.TEXT)
             return
-        tail = b',"stream_id":%s}' % orjson.dumps(lane)  # every event is a JSON object
-        for event in events:
-            await ws.send_frame(event.data[:-1] + tail, WSMsgType.TEXT)
+        transport = self.request.transport
+        if ws.closed or transport is None or transport.is_closing():
+            raise ConnectionResetError("Cannot write to closing transport")
+        transport.write(text_frames(messages))
+        protocol = self.request.protocol
+        if protocol.writing_paused:  # the client is behind: wait as aiohttp's writers do
+            await protocol._drain_helper()
 
     async def send_error(self, exc: RequestError, lane: Any = None) -> None:
         event = exc.ws_event()

@@ -240,21 +240,42 @@ def huge_answer(body: Any) -> list[Any]:
     return [FRAME] * FRAMES + [finish("stop"), DONE]
 
 
+def _ws_create_frame(payload: bytes) -> bytes:
+    """A client's (masked) text frame; the mask is all zeros, which leaves the bytes as
+    they are, and is still a mask as the protocol demands."""
+    assert 126 <= len(payload) < 65536
+    return b"\x81\xfe" + len(payload).to_bytes(2, "big") + b"\x00\x00\x00\x00" + payload
+
+
 @contextlib.asynccontextmanager
-async def slow_client(port: int) -> Any:
-    """A raw HTTP client with a 4 KiB receive buffer; `read_slowly(seconds)` reads one byte
-    per millisecond (at most) and returns how many it read."""
+async def slow_client(port: int, mode: str = "sse") -> Any:
+    """A raw client with a 4 KiB receive buffer, over SSE or a WebSocket (`mode`);
+    `read_slowly(seconds)` reads one byte per millisecond (at most)."""
     loop = asyncio.get_running_loop()
     sock = socket.socket()
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
     sock.setblocking(False)
     await loop.sock_connect(sock, ("127.0.0.1", port))
-    body = orjson.dumps({"model": "m", "input": "a long answer, please", "stream": True})
-    head = (
-        b"POST /v1/responses HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
-        b"Content-Length: %d\r\n\r\n" % len(body)
-    )
-    await loop.sock_sendall(sock, head + body)
+    if mode == "ws":
+        await loop.sock_sendall(
+            sock,
+            b"GET /v1/responses HTTP/1.1\r\nHost: 127.0.0.1\r\nUpgrade: websocket\r\n"
+            b"Connection: Upgrade\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n"
+            b"Sec-WebSocket-Version: 13\r\n\r\n",
+        )
+        answer = b""
+        while b"\r\n\r\n" not in answer:
+            answer += await loop.sock_recv(sock, 1)
+        assert answer.startswith(b"HTTP/1.1 101"), answer
+        create = {"type": "response.create", "model": "m", "input": "a long answer, please"}
+        await loop.sock_sendall(sock, _ws_create_frame(orjson.dumps(create).ljust(200)))
+    else:
+        body = orjson.dumps({"model": "m", "input": "a long answer, please", "stream": True})
+        head = (
+            b"POST /v1/responses HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+            b"Content-Type: application/json\r\nContent-Length: %d\r\n\r\n" % len(body)
+        )
+        await loop.sock_sendall(sock, head + body)
 
     class Reader:
         received = b""
@@ -278,7 +299,8 @@ def _chat_record(backend: ScriptedBackend) -> Any:
     return [r for r in backend.records if r.path.endswith("/chat/completions")][-1]
 
 
-async def test_slow_client_backpressure_reaches_the_backend() -> None:
+@pytest.mark.parametrize("mode", ["sse", "ws"])
+async def test_slow_client_backpressure_reaches_the_backend(mode: str) -> None:
     """In-process, so the gateway's own transport can be watched."""
     async with GatewayHarness() as gw, client_session() as session:
         baseline = await warm(gw, session)
@@ -291,14 +313,18 @@ async def test_slow_client_backpressure_reaches_the_backend() -> None:
                 if conn.transport is not None:
                     buffered[0] = max(buffered[0], conn.transport.get_write_buffer_size())
 
-        async with slow_client(port) as client:
+        async with slow_client(port, mode) as client:
             await client.read_slowly(1.0, watch)
             rec = _chat_record(gw.backend)
             at_one = rec.steps_written
             await client.read_slowly(1.0, watch)
             at_two = rec.steps_written
             left = time.monotonic()
-        assert client.received.startswith(b"HTTP/1.1 200"), client.received[:200]
+        if mode == "sse":
+            assert client.received.startswith(b"HTTP/1.1 200"), client.received[:200]
+        else:  # the first text frame: response.created
+            assert client.received.startswith(b"\x81"), client.received[:200]
+            assert b'"type":"response.created"' in client.received[:400]
         assert not rec.completed and at_two < FRAMES * 0.4, (at_two, FRAMES)
         # blocked: in the last second it wrote what the client's second of reading freed
         assert at_two - at_one < FRAMES * 0.01, (at_one, at_two)
