@@ -6,7 +6,7 @@ client against each target, R times, interleaved, and writes the medians as JSON
 (and a PNG plot) under bench/results/. The gateway and the peers run pinned to core 0, the
 load client, the backend and this script to the other cores (see bench/README.md).
 
-    python bench/run.py            # the full matrix, ~10 minutes
+    python bench/run.py            # the full matrix, SSE and WebSocket rows, ~12 minutes
     python bench/run.py --quick    # c in {1, 16}, N = 200, one short run each, < 2 minutes
 """
 
@@ -374,7 +374,12 @@ def _ints(text: str) -> list[int]:
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     p.add_argument("--quick", action="store_true", help="c in {1,16}, N=200, 1 run of 1.5 s")
-    p.add_argument("--ws", action="store_true", help="add the gateway's WebSocket mode rows")
+    p.add_argument(
+        "--ws",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="the gateway's WebSocket mode rows too (Codex's transport; default on)",
+    )
     p.add_argument("--concurrency", type=_ints, help="comma list (default 1,16,64)")
     p.add_argument("--n", type=_ints, help="text deltas, comma list (default 50,200,2000)")
     p.add_argument("--m", type=int, default=50, help="argument fragments (default 50)")
