@@ -209,7 +209,10 @@ async def stream_sse(
 
 async def list_models(request: web.Request) -> web.Response:
     """GET /v1/models, forwarded from the backend."""
-    status, body = await request.app[GATEWAY].upstream.get_models()
+    gateway = request.app[GATEWAY]
+    auth = request.headers.get("Authorization")
+    headers = {"Authorization": auth} if auth and gateway.settings.forward_authorization else None
+    status, body = await gateway.upstream.get_models(headers=headers)
     return web.Response(body=body, status=status, content_type="application/json")
 
 

@@ -100,12 +100,16 @@ class RedactingUpstream:
             raise scrub_error(exc, secrets) from None
         return _RedactingStream(stream, secrets) if secrets else stream
 
-    async def get_models(self) -> tuple[int, bytes]:
+    async def get_models(self, *, headers: dict[str, str] | None = None) -> tuple[int, bytes]:
+        secrets = self.secrets
+        token = bearer_token(headers)
+        if token:
+            secrets = secrets_of((*secrets, token))
         try:
-            status, body = await self.inner.get_models()
+            status, body = await self.inner.get_models(headers=headers)
         except RequestError as exc:
-            raise scrub_error(exc, self.secrets) from None
-        return status, scrub_bytes(body, self.secrets)
+            raise scrub_error(exc, secrets) from None
+        return status, scrub_bytes(body, secrets)
 
     async def ping(self) -> bool:
         return bool(await self.inner.ping())

@@ -386,10 +386,6 @@ async def test_secrets_never_reach_the_logs_of_a_debug_gateway(tmp_path: Path) -
             assert_clean("a recording", path.read_bytes())
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="GET /v1/models does not forward the client's Authorization (get_models takes no headers)",
-)
 async def test_models_listing_forwards_the_client_key() -> None:
     async with GatewayHarness(forward_authorization=True) as gw, aiohttp.ClientSession() as http:
         async with http.get(gw.url + "/models", headers=bearer(CLIENT_KEY)) as resp:

@@ -143,9 +143,9 @@ class ChatUpstream:
             raise
         return ChatStream(resp, idle_timeout=self.idle_timeout, on_raw=on_raw)
 
-    async def get_models(self) -> tuple[int, bytes]:
-        """The backend's `GET /models`, status and body as they came."""
-        resp = await self._get_models(min(self.idle_timeout, 30))
+    async def get_models(self, *, headers: dict[str, str] | None = None) -> tuple[int, bytes]:
+        """The backend's `GET /models`, status and body as they came (`headers`: as `open`)."""
+        resp = await self._get_models(min(self.idle_timeout, 30), headers)
         try:
             return resp.status, await resp.read_all(JSON_BODY_LIMIT)
         except TimeoutError:
@@ -180,9 +180,9 @@ class ChatUpstream:
                 merged["authorization"] = ("Authorization", self.pool.basic_auth)
         return list(merged.values())
 
-    async def _get_models(self, timeout: float) -> Response:
+    async def _get_models(self, timeout: float, headers: dict[str, str] | None = None) -> Response:
         pool = self.pool
-        head = pool.head("GET", self._path + "/models", self._headers({}), None)
+        head = pool.head("GET", self._path + "/models", self._headers(headers or {}), None)
         return await self._request(head, timeout)
 
     async def _request(self, payload: bytes, timeout: float) -> Response:
