@@ -115,8 +115,9 @@ SETTINGS: tuple[Setting, ...] = (
     Setting(
         "--ws-remembered",
         "ws_remembered",
-        64,
-        "Responses a WebSocket connection remembers for previous_response_id.",
+        16,
+        "Responses a WebSocket connection remembers for previous_response_id "
+        "(each lane's latest kept longest).",
         int,
     ),
     Setting("--tap-dir", "tap_dir", None, "Record every exchange as JSON lines in this folder."),
@@ -154,7 +155,7 @@ class Settings:
     store_ttl: int = 3600
     ws_max_message_bytes: int = 16 * 1024 * 1024
     ws_lifetime: float = 3600.0
-    ws_remembered: int = 64
+    ws_remembered: int = 16
     tap_dir: str | None = None
     shutdown_grace: float = 30.0
     log_level: str = "warning"

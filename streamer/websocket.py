@@ -260,10 +260,21 @@ class Session:
     def remember(self, turn: Turn, lane: Lane) -> None:
         # References, not copies: items are never mutated once a turn is built, and
         # sharing them keeps a long session's memory linear in its length.
-        self.remembered[turn.response["id"]] = (lane, (*turn.items, *turn.response["output"]))
-        limit = max(self.gateway.settings.ws_remembered, 0)
-        while len(self.remembered) > limit:
-            self.remembered.popitem(last=False)
+        remembered = self.remembered
+        remembered[turn.response["id"]] = (lane, (*turn.items, *turn.response["output"]))
+        over = len(remembered) - max(self.gateway.settings.ws_remembered, 0)
+        if over <= 0:
+            return
+        # Least recently used first, but each lane's latest last of all: its chain
+        # goes on from there, while clients that never chain only leave dead weight.
+        latest = {lane: response_id for response_id, (lane, _) in remembered.items()}
+        spare = set(latest.values())
+        for response_id in [r for r in remembered if r not in spare][:over]:
+            del remembered[response_id]
+            over -= 1
+        while over > 0:
+            remembered.popitem(last=False)
+            over -= 1
 
     def evict(self, previous: Any, lane: Lane) -> None:
         """A failed continuation forgets its parent, unless it forked from another lane."""

@@ -487,3 +487,18 @@ async def test_same_events_over_websocket_and_sse(scenario: str, gw: GatewayHarn
     assert over_ws[-1]["type"] in TERMINAL - {"error"}
     assert normalised(over_ws) == normalised(over_sse)
     assert gw.backend.requests[0] == gw.backend.requests[1]  # and the same backend request
+
+
+async def test_each_lanes_latest_response_outlasts_older_ones() -> None:
+    """Eviction takes the least recently used first, but a lane's latest response last."""
+    async with GatewayHarness(ws_remembered=2) as gw, open_socket(gw) as sock:
+        parked = final(await turn(sock, input="a", store=False, stream_id="a"))["id"]
+        busy = [
+            final(await turn(sock, input=f"b{i}", store=False, stream_id="b"))["id"]
+            for i in range(3)
+        ]
+        session = only_session(gw)
+        assert list(session.remembered) == [parked, busy[-1]]
+        resumed = await turn(sock, input="x", store=False, stream_id="a",
+                             previous_response_id=parked)  # fmt: skip
+        assert final(resumed)["status"] == "completed"
