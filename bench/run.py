@@ -18,6 +18,7 @@ import json
 import os
 import platform
 import shlex
+import signal
 import subprocess
 import sys
 import time
@@ -126,6 +127,20 @@ def settle(t: tg.Target, limit: float) -> float:
     return time.monotonic() - start
 
 
+def freeze(peers: list[tg.Target], running: tg.Target) -> None:
+    """Stop every peer but `running` (SIGSTOP), let `running` go on (SIGCONT).
+
+    A slow peer keeps working for a minute on streams its clients already left (LiteLLM
+    at N=2000, c=64); stopped, it cannot take the shared core from the next target's run.
+    Its own runs start after it has settled.
+    """
+    for peer in peers:
+        sig = signal.SIGCONT if peer is running else signal.SIGSTOP
+        for pid in peer.tree():
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, sig)
+
+
 def measure(
     t: tg.Target,
     n: int,
@@ -169,7 +184,7 @@ def measure(
     )
     # other processes on the gateway cores: the figure may be low because of them
     r["gateway_core_others"] = (
-        max(0.0, busy(gw) - (target or 0.0)) if gw and target is not None else None
+        max(0.0, busy(gw) - target / w) if gw and target is not None else None
     )
     return r
 
@@ -266,6 +281,27 @@ def run_matrix(
 ) -> list[dict[str, Any]]:
     """Every N, every C, R runs of every target interleaved; one cell per (target, N, C)."""
     cells: list[dict[str, Any]] = []
+    peers = [t for t in active if t.kind == "peer" and t.pids]
+    try:
+        _run_cells(args, active, peers, backend, cores, progress, cells)
+    finally:
+        for peer in peers:  # all running again, for their shutdown
+            for pid in peer.tree():
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.kill(pid, signal.SIGCONT)
+    report.add_ratios(cells)
+    return cells
+
+
+def _run_cells(
+    args: argparse.Namespace,
+    active: list[tg.Target],
+    peers: list[tg.Target],
+    backend: tg.Target,
+    cores: tuple[set[int] | None, set[int] | None],
+    progress: Progress,
+    cells: list[dict[str, Any]],
+) -> None:
     for n in args.n:
         tg.control_backend(backend, n, args.m)
         for c in args.concurrency:
@@ -274,9 +310,10 @@ def run_matrix(
                 for i, t in enumerate(active):
                     label = f"{t.name} {t.transport} N={n} c={c} run {rep + 1}/{args.runs}"
                     progress.show(label)
+                    freeze(peers, t)
                     for other in active:  # a slow peer may still chew on the last run's
-                        if other is not t:  # cancelled streams on the shared core
-                            settle(other, 30 if other.kind == "peer" else 2)
+                        if other is not t and other not in peers:  # cancelled streams
+                            settle(other, 2)
                     try:
                         runs[i].append(measure(t, n, c, args, backend, cores))
                     except (RuntimeError, subprocess.TimeoutExpired, KeyError) as exc:
@@ -288,8 +325,6 @@ def run_matrix(
                     cell |= {"order": i, "n": n, "c": c, "m": args.m}
                     cell |= {"median": report.cell_summary(runs[i]), "runs": runs[i]}
                     cells.append(cell)
-    report.add_ratios(cells)
-    return cells
 
 
 def main(argv: list[str] | None = None) -> int:
