@@ -113,55 +113,45 @@ class OutputItemStreamer:
         if self.done:
             return []
         handlers = self._handlers
+        # The per-token paths, inlined: text into the open part, and argument fragments
+        # of the call streaming live. Everything else goes to its handler.
         for delta in deltas:
             cls = delta.__class__
-            if cls is TextDelta:  # the per-token path, inlined
+            if cls is TextDelta:
                 hot = self._hot
-                text = delta.text  # type: ignore[union-attr]
-                if hot is not None and hot.kind == "output_text" and text:
-                    hot.text.pieces.append(text)  # settled once per batch, below
-                    seq = self._seq
-                    self._events.append(
-                        _event(
-                            Event,
-                            (
-                                "response.output_text.delta",
-                                b'%s%s,"sequence_number":%d}'
-                                % (hot.delta_prefix, _dumps(text), seq),
-                                seq,
-                            ),
-                        )
-                    )
-                    self._seq = seq + 1
+                piece = delta.text  # type: ignore[union-attr]
+                if hot is None or hot.kind != "output_text" or not piece:
+                    self._on_text(delta)  # type: ignore[arg-type]
                     continue
-            elif cls is ToolCallDelta:  # the per-fragment path of the live call, inlined
+                hot.text.pieces.append(piece)  # settled once per batch, below
+                prefix, event_type = hot.delta_prefix, "response.output_text.delta"
+            elif cls is ToolCallDelta:
                 live = self._live
-                arguments = delta.arguments  # type: ignore[union-attr]
+                piece = delta.arguments  # type: ignore[union-attr]
                 if (
-                    live is not None
-                    and live.index == delta.index  # type: ignore[union-attr]
-                    and arguments
-                    and delta.id is None  # type: ignore[union-attr]
-                    and delta.name is None  # type: ignore[union-attr]
+                    live is None
+                    or live.index != delta.index  # type: ignore[union-attr]
+                    or not piece
+                    or delta.id is not None  # type: ignore[union-attr]
+                    or delta.name is not None  # type: ignore[union-attr]
                 ):
-                    live.args.append(arguments)
-                    seq = self._seq
-                    self._events.append(
-                        _event(
-                            Event,
-                            (
-                                "response.function_call_arguments.delta",
-                                b'%s%s,"sequence_number":%d}'
-                                % (live.delta_prefix, _dumps(arguments), seq),
-                                seq,
-                            ),
-                        )
-                    )
-                    self._seq = seq + 1
+                    self._on_tool_call(delta)  # type: ignore[arg-type]
                     continue
+                live.args.append(piece)
+                prefix, event_type = live.delta_prefix, "response.function_call_arguments.delta"
             elif cls is UpstreamError:
                 return self.fail(delta.code, delta.message)  # type: ignore[union-attr]
-            handlers[cls](delta)
+            else:
+                handlers[cls](delta)
+                continue
+            seq = self._seq
+            self._events.append(
+                _event(
+                    Event,
+                    (event_type, b'%s%s,"sequence_number":%d}' % (prefix, _dumps(piece), seq), seq),
+                )
+            )
+            self._seq = seq + 1
         if self._hot is not None:
             self._hot.text.settle()
         return self._take()
