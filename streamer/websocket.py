@@ -267,7 +267,7 @@ class Session:
             return
         # Least recently used first, but each lane's latest last of all: its chain
         # goes on from there, while clients that never chain only leave dead weight.
-        latest = {lane: response_id for response_id, (lane, _) in remembered.items()}
+        latest = {owner: response_id for response_id, (owner, _) in remembered.items()}
         spare = set(latest.values())
         for response_id in [r for r in remembered if r not in spare][:over]:
             del remembered[response_id]
