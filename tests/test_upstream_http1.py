@@ -578,6 +578,48 @@ async def flow_control() -> None:
         await pool.close()
 
 
+async def interleaved_reads(streams: int = 8, pieces: int = 60) -> None:
+    """Connections of one pool share its read buffer: reads interleaved piece by piece
+    across many connections must still give each response its own bytes."""
+
+    async def handler(
+        server: RawServer, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+    ) -> None:
+        head = await server.request(reader)
+        which = head.split(b"X-Stream: ")[1].split(b"\r\n")[0]
+        writer.write(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n")
+        for i in range(pieces):
+            writer.write(chunked(b"%s:%d;" % (which, i), last=b""))
+            await writer.drain()
+            await asyncio.sleep(0)  # let the other connections' pieces in between
+        writer.write(b"0\r\n\r\n")
+
+    server = await serve(handler)
+    pool = ConnectionPool(server.url)
+
+    async def one(n: int) -> bytes:
+        head = pool.head("POST", "/v1/chat/completions", [("X-Stream", str(n))], 0)
+        resp = await pool.request(head, 5)
+        parts = []
+        while chunk := await resp.read():
+            parts.append(chunk)
+        resp.release()
+        return b"".join(parts)
+
+    try:
+        bodies = await asyncio.gather(*(one(n) for n in range(streams)))
+        for n, body in enumerate(bodies):
+            assert body == b"".join(b"%d:%d;" % (n, i) for i in range(pieces))
+        assert server.connections == streams
+    finally:
+        await pool.close()
+        server.close()
+
+
+async def test_connections_share_the_pool_read_buffer_safely() -> None:
+    await interleaved_reads()
+
+
 async def test_flow_control_pauses_and_the_idle_timeout_waits() -> None:
     await flow_control()
 
@@ -585,6 +627,7 @@ async def test_flow_control_pauses_and_the_idle_timeout_waits() -> None:
 def test_under_uvloop() -> None:
     async def main() -> None:
         await flow_control()
+        await interleaved_reads()
         await test_request_head_and_keep_alive_reuse()
         await test_abort_mid_body_disconnects_at_once()
 

@@ -112,10 +112,12 @@ class Response:
 class Connection(asyncio.BufferedProtocol):
     """One TCP (or TLS) connection; parses the response to the request in flight.
 
-    It reads into a buffer of its own, `READ_SIZE` at most per read: a backend that
-    sends a whole long answer at once (they do, on loopback) then waits in the kernel's
-    socket buffer instead of this process's memory, and each read is a batch that goes
-    out to the client before the next is taken.
+    It reads `READ_SIZE` at most per read: a backend that sends a whole long answer at
+    once (they do, on loopback) then waits in the kernel's socket buffer instead of this
+    process's memory, and each read is a batch that goes out to the client before the
+    next is taken. The read buffer is the pool's, shared by its connections: a read is
+    copied out of it before the event loop can run another (`buffer_updated` follows
+    `get_buffer` at once), so one buffer serves them all.
     """
 
     def __init__(self, pool: ConnectionPool) -> None:
@@ -139,7 +141,7 @@ class Connection(asyncio.BufferedProtocol):
         self._timeout = 0.0
         self._last = 0.0
         self._timer: asyncio.TimerHandle | None = None
-        self._buffer = memoryview(bytearray(READ_SIZE))
+        self._buffer = pool.read_buffer
 
     # -- the request ------------------------------------------------------------------
 

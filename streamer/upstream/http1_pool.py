@@ -13,7 +13,7 @@ import ssl
 from collections.abc import Iterable
 from urllib.parse import unquote, urlsplit
 
-from .http1 import Connection, Response
+from .http1 import READ_SIZE, Connection, Response
 from .http1_wire import ConnectError, ServerDisconnected
 
 STALE_AFTER = 1.0  # see ConnectionPool.request
@@ -50,6 +50,8 @@ class ConnectionPool:
         self.stale_after = stale_after
         self._limit = asyncio.Semaphore(limit) if limit > 0 else None
         self._loop = asyncio.get_running_loop()
+        # every connection reads into this one (see `Connection`): 32 KiB, not 32 KiB each
+        self.read_buffer = memoryview(bytearray(READ_SIZE))
         self._idle: list[Connection] = []  # a stack: the most recently used on top
         self._in_use: set[Connection] = set()
         self._sweeper: asyncio.TimerHandle | None = None
