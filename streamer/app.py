@@ -223,6 +223,7 @@ async def _finish_shutdown(app: web.Application) -> None:
 async def _stop(app: web.Application) -> None:
     gateway = app.get(GATEWAY)
     if gateway is not None:
+        gateway.quiet.close()
         await gateway.background.close()
         await gateway.upstream.close()
         await gateway.store.close()

@@ -128,6 +128,13 @@ SETTINGS: tuple[Setting, ...] = (
         "Seconds in-flight streams get to finish on SIGTERM.",
         float,
     ),
+    Setting(
+        "--trim-after",
+        "trim_after",
+        2.0,
+        "Seconds without a turn after which freed memory goes back to the OS (0: never).",
+        float,
+    ),
     Setting("--log-level", "log_level", "warning", "debug, info, warning or error."),
 )
 
@@ -158,6 +165,7 @@ class Settings:
     ws_remembered: int = 16
     tap_dir: str | None = None
     shutdown_grace: float = 30.0
+    trim_after: float = 2.0
     log_level: str = "warning"
     extra: dict[str, Any] = field(default_factory=dict)
 

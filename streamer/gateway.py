@@ -17,6 +17,7 @@ from .errors import RequestError, invalid
 from .lowering import LoweringOptions
 from .metrics import Metrics
 from .pipeline import Turn, TurnOptions, Upstream, prepare
+from .quiet_trim import QuietTrim
 from .recorder import TapDirectory
 from .store import ResponseStore, StoredResponse
 from .tools import NamingConfig
@@ -67,6 +68,7 @@ class Gateway:
         self.stats: dict[str, int] = {"http_turns": 0, "ws_connections": 0, "ws_turns": 0}
         self.metrics = Metrics()
         self.tap = TapDirectory(settings.tap_dir) if settings.tap_dir else None
+        self.quiet = QuietTrim(settings.trim_after, trim=settings.trim_after > 0)
 
     async def prepare(
         self,

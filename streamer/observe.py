@@ -32,6 +32,7 @@ async def observed(gateway: Gateway, turn: Turn, transport: str) -> AsyncIterato
     sent = metrics.child(metrics.events, transport)
     active = metrics.child(metrics.active_streams, transport)
     active.inc()
+    gateway.quiet.started()
     first = True
     try:
         async with contextlib.aclosing(
@@ -52,6 +53,7 @@ async def observed(gateway: Gateway, turn: Turn, transport: str) -> AsyncIterato
         raise
     finally:
         active.dec()
+        gateway.quiet.ended()
         status = turn.response["status"]
         if not turn.streamer.done:  # refused before any event, or the client went away
             status = "refused" if first else "abandoned"

@@ -221,6 +221,35 @@ async def test_metrics_show_active_streams_and_sockets() -> None:
         assert value(samples, "streamer_active_streams", transport="websocket") == 0
 
 
+async def test_memory_is_trimmed_once_the_gateway_is_quiet() -> None:
+    """Turns over SSE, JSON and WebSocket all count as running; the trim comes only after
+    every one has been over for `--trim-after` seconds."""
+    async with GatewayHarness(trim_after=0.2) as gw, aiohttp.ClientSession() as http:
+        quiet = gw.gateway.quiet
+        gw.backend.script([*text_chunks(["a"]), Sleep(0.5), *TEXT])
+        body = {"model": "m", "input": "hi", "stream": True}
+        async with http.post(gw.url + "/responses", json=body) as resp:
+            await resp.content.readuntil(b"response.output_text.delta")
+            assert quiet.running == 1
+            await resp.read()
+        # the backend's pause outlasted --trim-after, but a turn was running all along
+        assert quiet.running == 0 and quiet.trims == 0
+        gw.backend.script(TEXT)
+        async with http.post(gw.url + "/responses", json={"model": "m", "input": "hi"}) as resp:
+            assert resp.status == 200
+        async with http.ws_connect(gw.ws_url) as ws:
+            gw.backend.script(TEXT)
+            await ws.send_str('{"type":"response.create","model":"m","input":"hi"}')
+            while orjson.loads((await ws.receive(timeout=10)).data)["type"] != "response.completed":
+                pass
+            await until(lambda: _true(quiet.trims >= 1))
+        assert quiet.running == 0
+
+
+async def _true(value: bool) -> bool:
+    return value
+
+
 async def _is(awaitable: Any, expected: float) -> bool:
     return await awaitable == expected
 
