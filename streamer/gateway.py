@@ -17,7 +17,7 @@ from .errors import RequestError, invalid
 from .lowering import LoweringOptions
 from .metrics import Metrics
 from .pipeline import Turn, TurnOptions, Upstream, prepare
-from .quiet_trim import QuietTrim
+from .quiet_trim import QuietTrim, malloc_trim
 from .recorder import TapDirectory
 from .store import ResponseStore, StoredResponse
 from .tools import NamingConfig
@@ -68,7 +68,9 @@ class Gateway:
         self.stats: dict[str, int] = {"http_turns": 0, "ws_connections": 0, "ws_turns": 0}
         self.metrics = Metrics()
         self.tap = TapDirectory(settings.tap_dir) if settings.tap_dir else None
-        self.quiet = QuietTrim(settings.trim_after, trim=settings.trim_after > 0)
+        self.quiet = QuietTrim(
+            settings.trim_after, malloc_trim() if settings.trim_after > 0 else None
+        )
 
     async def prepare(
         self,

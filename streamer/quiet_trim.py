@@ -28,9 +28,9 @@ def malloc_trim() -> Callable[[], object] | None:
 class QuietTrim:
     """Counts running turns; trims once they have all been over for `delay` seconds."""
 
-    def __init__(self, delay: float = 2.0, trim: Callable[[], object] | bool | None = True) -> None:
+    def __init__(self, delay: float, trim: Callable[[], object] | None) -> None:
         self.delay = delay
-        self._trim = malloc_trim() if trim is True else (trim or None)
+        self._trim = trim  # None: count, never trim
         self.running = 0
         self.trims = 0
         self._turns = 0  # turns started so far: a turn that came and went resets the wait

@@ -11,7 +11,7 @@ DELAY = 0.05
 
 def counting() -> tuple[QuietTrim, list[int]]:
     calls: list[int] = []
-    quiet = QuietTrim(DELAY, trim=lambda: calls.append(quiet.running))
+    quiet = QuietTrim(DELAY, lambda: calls.append(quiet.running))
     return quiet, calls
 
 
@@ -57,7 +57,7 @@ async def test_busy_at_the_check_waits_for_the_end() -> None:
 
 
 async def test_disabled_and_closed() -> None:
-    off = QuietTrim(DELAY, trim=False)
+    off = QuietTrim(DELAY, None)
     off.started()
     off.ended()
     await asyncio.sleep(DELAY * 2)
@@ -74,7 +74,7 @@ async def test_the_real_malloc_trim_runs() -> None:
     trim = malloc_trim()
     assert trim is not None  # glibc on every machine this runs on
     assert trim() in (0, 1)
-    quiet = QuietTrim(DELAY)
+    quiet = QuietTrim(DELAY, trim)
     quiet.started()
     quiet.ended()
     await asyncio.sleep(DELAY * 3)
