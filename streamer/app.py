@@ -17,12 +17,14 @@ from . import logs
 from .config import Settings
 from .errors import RequestError
 from .gateway import GATEWAY, Gateway
+from .identity import CLIENT, client_identity
 from .logs import choose_request_id
 from .response import new_id
 
 log = logging.getLogger("streamer.app")
 
 SETTINGS = web.AppKey("settings", Settings)
+
 SCRIPTED_RUNNER = web.AppKey("scripted_runner", web.AppRunner)
 REQUEST_ID = web.RequestKey("request_id", str)
 
@@ -138,18 +140,21 @@ async def errors_middleware(request: web.Request, handler: Handler) -> web.Strea
 
 def auth_middleware(keys: frozenset[str]) -> Callable[..., Awaitable[web.StreamResponse]]:
     """Require `Authorization: Bearer <key>` on /v1 routes, compared in constant time."""
-    encoded = [k.encode() for k in keys]
+    encoded = [(k.encode(), client_identity(k)) for k in keys]
 
     @web.middleware
     async def middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
         if request.path.startswith("/v1/"):
             header = request.headers.get("Authorization", "")
             token = header[7:].strip().encode() if header[:7].lower() == "bearer " else b""
-            ok = False
+            ok, who = False, ""
             # compare_digest takes as long whatever the bytes, and no key ends the loop
             # early: the answer's timing says nothing about how close a guess was
-            for key in encoded:
-                ok |= hmac.compare_digest(token, key)
+            for key, identity in encoded:
+                match = hmac.compare_digest(token, key)
+                ok |= match
+                who = identity if match else who
+            request[CLIENT] = who
             if not ok or not token:
                 raise RequestError(
                     "Incorrect API key provided." if token else "You didn't provide an API key.",

@@ -14,6 +14,7 @@ from aiohttp import web
 
 from .config import Settings
 from .errors import RequestError, invalid
+from .identity import CLIENT, request_client
 from .lowering import LoweringOptions
 from .metrics import Metrics
 from .pipeline import Turn, TurnOptions, Upstream, prepare
@@ -83,6 +84,12 @@ class Gateway:
         if history is None:
             history = await self.history(body)
         turn = prepare(body, self.options, history=history)
+        if request is not None:
+            turn.client = request_client(
+                request.get(CLIENT),
+                request.headers,
+                forward_authorization=self.settings.forward_authorization,
+            )
         if request is not None and self.settings.forward_authorization:
             auth = request.headers.get("Authorization")
             if auth:

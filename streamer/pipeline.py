@@ -71,6 +71,7 @@ class Turn:
     chat_request: dict[str, Any]
     streamer: OutputItemStreamer
     headers: dict[str, str] = field(default_factory=dict)
+    client: str = ""  # who asked (streamer.identity): pools and stored responses are per client
 
     @property
     def response(self) -> dict[str, Any]:
