@@ -182,7 +182,11 @@ async def _start(app: web.Application) -> None:
         app[SCRIPTED_RUNNER] = runner
         log.warning("no --upstream: serving the embedded scripted model at %s", base_url)
     chat = ChatUpstream(
-        base_url, api_key=settings.upstream_api_key, idle_timeout=settings.idle_timeout
+        base_url,
+        api_key=settings.upstream_api_key,
+        idle_timeout=settings.idle_timeout,
+        keepalive=settings.upstream_keepalive,
+        client_pools=settings.upstream_client_pools,
     )
     # whatever the backend says back is scrubbed of every key this gateway knows
     upstream = RedactingUpstream(chat, (settings.upstream_api_key, *settings.client_keys()))

@@ -49,6 +49,7 @@ class Upstream(Protocol):
         *,
         headers: dict[str, str] | None = None,
         on_raw: Callable[[bytes], None] | None = None,
+        client: str = "",
     ) -> UpstreamStream: ...
 
 
@@ -252,10 +253,13 @@ async def stream_events(
     Closing this generator (the client went away) closes the backend request at once.
     """
     streamer = turn.streamer
-    if on_raw is None:
-        stream = await upstream.open(turn.chat_request, headers=turn.headers or None)
+    headers = turn.headers or None
+    if on_raw is None:  # the client picks the backend connections: only its own requests use them
+        stream = await upstream.open(turn.chat_request, headers=headers, client=turn.client)
     else:  # record the backend's bytes as they come (`--tap-dir`)
-        stream = await upstream.open(turn.chat_request, headers=turn.headers or None, on_raw=on_raw)
+        stream = await upstream.open(
+            turn.chat_request, headers=headers, on_raw=on_raw, client=turn.client
+        )
     unsent = streamer.start()  # events made but not yet yielded: a failure sends them first
     try:
         deltas_of = aiter(stream)
