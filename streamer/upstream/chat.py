@@ -159,6 +159,8 @@ class ChatUpstream:
                     raw = await resp.read_all(JSON_BODY_LIMIT)
                 except TimeoutError:
                     raise self._timed_out() from None
+                except ProtocolError as exc:
+                    raise self._invalid(exc) from None
                 except (HTTPClientError, OSError):
                     raise self._closed_early("sending its answer") from None
                 if on_raw is not None:
@@ -225,14 +227,17 @@ class ChatUpstream:
         except ReadTimeout:
             raise self._timed_out() from None
         except ProtocolError as exc:
-            raise RequestError(
-                f"The backend at {self._where()} sent an invalid HTTP answer: {exc}.",
-                status=502,
-                type="server_error",
-                code="upstream_error",
-            ) from None
+            raise self._invalid(exc) from None
         except (HTTPClientError, OSError):
             raise self._closed_early("answering") from None
+
+    def _invalid(self, exc: ProtocolError) -> RequestError:
+        return RequestError(
+            f"The backend at {self._where()} sent an invalid HTTP answer: {exc}.",
+            status=502,
+            type="server_error",
+            code="upstream_error",
+        )
 
     def _timed_out(self) -> RequestError:
         message = f"The backend did not answer within {self.idle_timeout:g} s."
@@ -332,10 +337,13 @@ class ChatStream:
                 return self._fail(
                     [], "upstream_timeout", f"The backend sent nothing for {self.idle_timeout:g} s."
                 )
-            except (HTTPClientError, OSError):
+            except (HTTPClientError, OSError) as exc:
                 if self._chat.finished:  # the answer was complete; only the epilogue is lost
                     self._abort()
                     raise StopAsyncIteration from None
+                if isinstance(exc, ProtocolError):
+                    message = f"The backend sent an invalid HTTP answer: {exc}."
+                    return self._fail([], "upstream_error", message)
                 return self._fail(
                     [], "server_error", "The backend closed the stream before it finished."
                 )
