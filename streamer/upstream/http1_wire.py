@@ -80,9 +80,9 @@ def body_length(status: int, headers: CIMultiDict[str]) -> int | None:
     if status < 200 or status in (204, 304):
         return 0
     coding = headers.getall("Transfer-Encoding", None)
-    if coding:
-        last = ",".join(coding).rsplit(",", 1)[-1].strip().lower()
-        return -1 if last == "chunked" else None
+    if coding:  # the last transfer-coding, empty list elements ignored
+        codings = [c for c in (c.strip() for c in ",".join(coding).split(",")) if c]
+        return -1 if codings and codings[-1].lower() == "chunked" else None
     lengths = headers.getall("Content-Length", None)
     if not lengths:
         return None
