@@ -267,6 +267,17 @@ def test_chunk_size_is_hex_digits_only(size: bytes, bulk: bool) -> None:
                 decoder.feed(part)
 
 
+@pytest.mark.parametrize("bulk", [True, False], ids=["bulk", "loop"])
+def test_a_long_size_matching_a_large_chunk_is_refused(bulk: bool) -> None:
+    # 16 digits with only 11 leading zeros: the value is the length of a 64 KiB chunk
+    data = b"x" * 0x10000
+    wire = b"0000000000010000\r\n" + data + b"\r\n" + chunked(b"y")
+    with pytest.raises(ProtocolError, match="chunk size"):
+        ChunkedDecoder(bulk=bulk).feed(wire)
+    decoder = ChunkedDecoder(bulk=bulk)  # 15 digits is the most, and fine
+    assert decoder.feed(wire[1:]) == data + b"y" and decoder.done
+
+
 @pytest.mark.parametrize("size", [b"5", b"05", b"000000000000005", b"5;ext", b"5 ; a=b", b"5;"])
 @pytest.mark.parametrize("bulk", [True, False], ids=["bulk", "loop"])
 def test_chunk_sizes_that_are_fine(size: bytes, bulk: bool) -> None:

@@ -778,3 +778,30 @@ async def test_chat_upstream_pools_per_client() -> None:
         assert up.pools.idle_count == 2
     finally:
         await up.close()
+
+
+async def test_bytes_arriving_while_idle_discard_the_connection() -> None:
+    idle = asyncio.Event()
+
+    async def handler(
+        server: RawServer, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+    ) -> None:
+        await server.request(reader)
+        writer.write(OK_CL)
+        await idle.wait()  # the client has put the connection back in its pool
+        writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nstale")
+
+    server = await serve(handler)
+    pool = ConnectionPool(server.url)
+    try:
+        await use(pool)
+        assert pool.idle_count == 1
+        idle.set()
+        await asyncio.wait_for(server.gone[0].wait(), 5)  # cut by the client, not kept
+        assert pool.idle_count == 0
+        # nothing stale is read as the next answer: that one comes on a new connection
+        server.handler = answering(OK_CL)
+        await use(pool)
+        assert server.connections == 2
+    finally:
+        await pool.close()

@@ -209,7 +209,13 @@ class ChunkedDecoder:
         sizes = parts[0 : 2 * k : 2]
         pieces = parts[1 : 2 * k : 2]
         # `int` alone would take "0x1a", "+1a", " 1a", "1_a": hex digits only, as in the loop
-        if b"".join(sizes).translate(None, _HEX) or max(map(len, sizes)) > MAX_SIZE_DIGITS:
+        joined = b"".join(sizes)
+        if joined.translate(None, _HEX) or (
+            # Over 15 digits is refused too. A size that matches its piece's length (< 64 KiB
+            # when the data is) has 4 significant digits at most, so one of 16 digits or more
+            # has 12 leading zeros; only then (or for larger data) are sizes measured one by one.
+            (_ZEROS in joined or len(data) > 1 << 16) and max(map(len, sizes)) > MAX_SIZE_DIGITS
+        ):
             nums = None  # an extension, or garbage: the loop decides
         else:
             try:
@@ -233,6 +239,7 @@ class ChunkedDecoder:
 
 
 _SIXTEEN = itertools.repeat(16)
+_ZEROS = b"0" * 12
 
 
 def _chunk_size(line: bytes) -> int:
