@@ -805,3 +805,16 @@ async def test_bytes_arriving_while_idle_discard_the_connection() -> None:
         assert server.connections == 2
     finally:
         await pool.close()
+
+
+async def test_the_answer_to_a_head_request_has_no_body() -> None:
+    server = await serve(answering(b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\n", OK_CL))
+    pool = ConnectionPool(server.url)
+    try:
+        resp = await pool.request(pool.head("HEAD", "/v1/models", [], None), 5)
+        assert resp.status == 200 and resp.complete and await read_body(resp) == b""
+        resp.release()
+        await use(pool)  # the same connection, in step
+        assert server.connections == 1
+    finally:
+        await pool.close()

@@ -139,7 +139,7 @@ class Connection(asyncio.BufferedProtocol):
         assert self.transport is not None
         if self.closed or not self.parser.reusable:
             raise ServerDisconnected("the connection was closed before the request was sent")
-        self.parser.start()
+        self.parser.start(no_body=payload.startswith(b"HEAD "))  # its answer has no body
         self.got_any, self._exc, self.head = False, None, None
         self._unread = 0
         self.chunks = []
