@@ -71,8 +71,14 @@ class Background:
         store = self.gateway.store
         response_id = turn.response["id"]
         queued = turn.streamer.queued()
-        await self._put(turn)  # a store outage is a 503 here, before anything started
-        await self._log(turn, queued, wait=0.0)
+        try:
+            # A store outage is a 503 here, before anything started. The event goes first:
+            # a failure then leaves no record that would read `queued` until its TTL.
+            await self._log(turn, queued, wait=0.0)
+            await self._put(turn)
+        except BaseException:
+            self.unlogged.pop(response_id, None)
+            raise
         body = orjson.dumps(turn.response)  # the queued snapshot, before the task runs
         task = asyncio.create_task(self._run(turn), name=f"background {response_id}")
         self.tasks[response_id] = task
