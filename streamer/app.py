@@ -190,7 +190,9 @@ async def _start(app: web.Application) -> None:
     )
     # whatever the backend says back is scrubbed of every key this gateway knows
     upstream = RedactingUpstream(chat, (settings.upstream_api_key, *settings.client_keys()))
-    store = open_store(settings.store, ttl_seconds=settings.store_ttl)
+    store = open_store(
+        settings.store, ttl_seconds=settings.store_ttl, timeout=settings.store_timeout
+    )
     gateway = Gateway(settings, upstream, store)
     observe_store(store, gateway.metrics.store_operations)
     gateway.background = Background(gateway)

@@ -3,15 +3,24 @@
 The turn runs in a task on the instance that accepted it; every event goes to the
 store's log, so any instance can replay and follow it (`GET ...?stream=true`) or ask
 to cancel it (the store carries the request to the running instance).
+
+A store that stalls or goes away mid-turn pauses the turn, not ends it: each write is
+retried (backing off) for up to `--background-store-wait` seconds, and the turn goes on
+once the store answers. Past that wait the backend is stopped and the turn ends
+`failed` with `store_unavailable`, whose writing gets the same wait again; only a store
+gone for longer than both leaves the record as it last was. A follower always ends with
+a terminal event or an `error` event, never a stream that just stops.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 from collections import deque
-from typing import Any
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
 
 import orjson
 from aiohttp import web
@@ -27,6 +36,7 @@ from .store import TERMINAL_EVENT_TYPES, ResponseStore, StoreUnavailable
 from .store.base import event_type
 
 log = logging.getLogger("streamer.background")
+T = TypeVar("T")
 
 RUNNING = ("queued", "in_progress")
 # The record is rewritten just before these go to the log, so whoever sees the event
@@ -37,6 +47,10 @@ SSE_HEADERS = {
     "Cache-Control": "no-cache",
     "X-Accel-Buffering": "no",
 }
+# Waits between retries of a write to a stalled store: short first (a blip), then steady.
+RETRY_FIRST = 0.05
+RETRY_MAX = 1.0
+STORE_FAILED = "store_unavailable"
 
 
 class Background:
@@ -57,8 +71,14 @@ class Background:
         store = self.gateway.store
         response_id = turn.response["id"]
         queued = turn.streamer.queued()
-        await self._put(turn)  # a store outage is a 503 here, before anything started
-        await self._log(turn, queued)
+        try:
+            # A store outage is a 503 here, before anything started. The event goes first:
+            # a failure then leaves no record that would read `queued` until its TTL.
+            await self._log(turn, queued, wait=0.0)
+            await self._put(turn)
+        except BaseException:
+            self.unlogged.pop(response_id, None)
+            raise
         body = orjson.dumps(turn.response)  # the queued snapshot, before the task runs
         task = asyncio.create_task(self._run(turn), name=f"background {response_id}")
         self.tasks[response_id] = task
@@ -96,11 +116,16 @@ class Background:
             with contextlib.suppress(Exception):
                 await self._log(turn, streamer.fail("server_error", "The gateway shut down."))
             raise
-        except Exception as exc:  # mostly the store failing mid-turn: stop the backend
+        except StoreUnavailable as exc:  # still unavailable after the wait: stop the backend
+            log.error("background response %s: the store did not come back: %s", response_id, exc)
+            await _stop(step)
+            await events.aclose()  # the backend is released before the failure is written
+            await self._fail(turn, STORE_FAILED, "The response store was unavailable.")
+        except Exception as exc:
             log.warning("background response %s failed: %r", response_id, exc)
             await _stop(step)
-            with contextlib.suppress(Exception):
-                await self._log(turn, streamer.fail("server_error", "Internal error."))
+            await events.aclose()
+            await self._fail(turn, "server_error", "Internal error.")
         finally:
             cancelled.cancel()
             if step is None or step.done():
@@ -122,19 +147,28 @@ class Background:
     async def _put(self, turn: Turn) -> None:
         await self.gateway.store.put(stored(turn))
 
-    async def _log(self, turn: Turn, events: list[Event]) -> None:
+    async def _fail(self, turn: Turn, code: str, message: str) -> None:
+        """End the turn `failed`, logging whatever is still unlogged first."""
+        with contextlib.suppress(Exception):
+            await self._log(turn, turn.streamer.fail(code, message))
+
+    async def _log(self, turn: Turn, events: list[Event], *, wait: float | None = None) -> None:
         """Append events to the store's log in order. An event leaves the turn's queue only
-        once logged, so a log interrupted by shutdown is finished before the failure
-        events that follow it (no gap in the sequence numbers)."""
+        once logged, so a log interrupted by shutdown or a store outage is finished before
+        the failure events that follow it (no gap in the sequence numbers). Each write is
+        retried for `wait` seconds (default `--background-store-wait`) while the store is
+        unavailable; writes are idempotent (a put replaces, a logged seq is ignored)."""
         store = self.gateway.store
         response_id = turn.response["id"]
+        window = self.gateway.settings.background_store_wait if wait is None else wait
         pending = self.unlogged.setdefault(response_id, deque())
         pending.extend(events)
         while pending:
             event = pending[0]
             if event.type in _STATUS_EVENTS:
-                await self._put(turn)
-            await store.append_event(response_id, event.seq, event.data)
+                await _retrying(functools.partial(self._put, turn), window, response_id)
+            append = functools.partial(store.append_event, response_id, event.seq, event.data)
+            await _retrying(append, window, response_id)
             pending.popleft()
 
     async def cancel(self, response_id: str) -> dict[str, Any] | None:
@@ -169,6 +203,28 @@ class Background:
                 await task
 
 
+async def _retrying(write: Callable[[], Awaitable[T]], window: float, response_id: str) -> T:
+    """`write()`, tried again while the store is unavailable, for up to `window` seconds
+    from the first failure (then its StoreUnavailable goes up)."""
+    loop = asyncio.get_running_loop()
+    deadline: float | None = None
+    delay = RETRY_FIRST
+    while True:
+        try:
+            return await write()
+        except StoreUnavailable as exc:
+            now = loop.time()
+            if deadline is None:
+                deadline = now + window
+                if window > 0:
+                    log.warning("background response %s: store unavailable, retrying: %s",
+                                response_id, exc)  # fmt: skip
+            if now >= deadline:
+                raise
+            await asyncio.sleep(min(delay, deadline - now))  # back off: the store is stalled
+            delay = min(delay * 2, RETRY_MAX)
+
+
 async def _stop(step: asyncio.Future[Any] | None) -> None:
     """Cancel a pending read of the turn's events (which closes the backend request)."""
     if step is not None and not step.done():
@@ -196,25 +252,43 @@ async def _end_orphan(store: ResponseStore, response_id: str, last: int) -> None
 async def follow(
     request: web.Request, store: ResponseStore, response_id: str, *, after: int
 ) -> web.StreamResponse:
-    """Replay the logged events after `after`, then follow live ones, as SSE."""
+    """Replay the logged events after `after`, then follow live ones, as SSE.
+
+    The stream always ends with a terminal event or an `error` event: a log that ended
+    without one (its writer gave up on the store) is closed with an `error`."""
     reply = web.StreamResponse(headers=SSE_HEADERS)
     await reply.prepare(request)
-    last = after
+    last, kind = after, None
     async with contextlib.aclosing(store.events(response_id, after=after)) as logged:
         try:
             async for last, data in logged:
-                await reply.write(sse.encode(Event(event_type(data) or "message", data, last)))
+                kind = event_type(data)
+                await reply.write(sse.encode(Event(kind or "message", data, last)))
+            if kind not in TERMINAL_EVENT_TYPES:
+                error = await _unfinished(store, response_id)
+                if error is not None:
+                    await reply.write(_error_event(last + 1, *error))
         except StoreUnavailable as exc:  # headers are out: end the stream with an error event
             log.warning("following %s: %s", response_id, exc)
-            error = {
-                "type": "error",
-                "code": "store_unavailable",
-                "message": "The response store became unavailable while streaming.",
-                "param": None,
-                "sequence_number": last + 1,
-            }
-            await reply.write(sse.encode(Event("error", orjson.dumps(error))))
+            message = "The response store became unavailable while streaming."
+            await reply.write(_error_event(last + 1, STORE_FAILED, message))
         except ConnectionResetError:  # the follower left; the turn itself goes on
             return reply
     await reply.write_eof()
     return reply
+
+
+async def _unfinished(store: ResponseStore, response_id: str) -> tuple[str, str] | None:
+    """Why a log that ended without a terminal event is not over, if it is not: None when
+    the response did end (its terminal was before `starting_after`)."""
+    response = await store.get_response(response_id)
+    if response is None:
+        return "not_found", "The response was deleted while streaming."
+    if response.get("status") in RUNNING:
+        return STORE_FAILED, "The response's event log ended before the response did."
+    return None
+
+
+def _error_event(seq: int, code: str, message: str) -> bytes:
+    error = {"type": "error", "code": code, "message": message, "param": None}
+    return sse.encode(Event("error", orjson.dumps({**error, "sequence_number": seq})))

@@ -136,6 +136,43 @@ SETTINGS: tuple[Setting, ...] = (
         "(each lane's latest kept longest).",
         int,
     ),
+    Setting(
+        "--ws-max-queued-bytes",
+        "ws_max_queued_bytes",
+        32 * 1024 * 1024,
+        "Largest total size of the frames one WebSocket holds queued or running "
+        "(beyond: an error event, the frame is dropped).",
+        int,
+    ),
+    Setting(
+        "--ws-max-queued-frames",
+        "ws_max_queued_frames",
+        64,
+        "Most frames one WebSocket holds queued or running across its lanes.",
+        int,
+    ),
+    Setting(
+        "--ws-max-rejected-frames",
+        "ws_max_rejected_frames",
+        8,
+        "Frames in a row a WebSocket may have rejected for a full queue; the next closes it 1008.",
+        int,
+    ),
+    Setting(
+        "--store-timeout",
+        "store_timeout",
+        2.0,
+        "Seconds one response-store operation may take before the store counts as unavailable.",
+        float,
+    ),
+    Setting(
+        "--background-store-wait",
+        "background_store_wait",
+        10.0,
+        "Seconds a background turn waits for a stalled store before it ends failed "
+        "(store_unavailable).",
+        float,
+    ),
     Setting("--tap-dir", "tap_dir", None, "Record every exchange as JSON lines in this folder."),
     Setting(
         "--shutdown-grace",
@@ -181,6 +218,11 @@ class Settings:
     ws_max_message_bytes: int = 16 * 1024 * 1024
     ws_lifetime: float = 3600.0
     ws_remembered: int = 16
+    ws_max_queued_bytes: int = 32 * 1024 * 1024
+    ws_max_queued_frames: int = 64
+    ws_max_rejected_frames: int = 8
+    store_timeout: float = 2.0
+    background_store_wait: float = 10.0
     tap_dir: str | None = None
     shutdown_grace: float = 30.0
     trim_after: float = 2.0

@@ -7,6 +7,13 @@ so `previous_response_id` continues with only the new items, even with `store:fa
 Creates run FIFO per lane (`stream_id`); lanes run concurrently, at most
 `MAX_IN_FLIGHT` at once. An idle socket holds no task of its own: a lane's worker
 exists only while the lane has work.
+
+What a socket holds is bounded across its lanes (`QueueBudget`, ws_queue.py): a frame
+beyond `--ws-max-queued-frames`/`--ws-max-queued-bytes` gets a `websocket_queue_full`
+error and is dropped unparsed; `--ws-max-rejected-frames` such rejections in a row and the
+next closes the socket 1008. The reader never stops reading while the queue is full:
+stopping would leave pings, pongs and the client's close unread (aiohttp handles them in
+`receive`), and a rejected frame costs only its own read, one message at a time.
 """
 
 from __future__ import annotations
@@ -15,6 +22,7 @@ import asyncio
 import contextlib
 import logging
 import re
+import sys
 from collections import OrderedDict, deque
 from typing import Any
 
@@ -27,6 +35,7 @@ from .gateway import GATEWAY, Gateway, continuation, previous_not_found
 from .observe import observed
 from .pipeline import Turn, warmup
 from .ws_frames import text_frames
+from .ws_queue import QUEUE_FULL, Admission, QueueBudget
 
 log = logging.getLogger("streamer.websocket")
 
@@ -39,6 +48,7 @@ _FRAME_ONLY = ("type", "stream", "stream_id", "generate")
 
 Lane = str | None
 History = tuple[dict[str, Any], ...]
+Queued = tuple[dict[str, Any], int]  # a frame and the size it counts for in the budget
 
 SESSIONS = web.AppKey("ws_sessions", set)  # live sessions, for shutdown and introspection
 
@@ -48,6 +58,7 @@ class Session:
 
     __slots__ = (
         "__weakref__",
+        "budget",
         "closing",
         "gateway",
         "in_flight",
@@ -65,11 +76,17 @@ class Session:
         self.request = request  # the upgrade request: its Authorization may be forwarded
         # response id -> (lane that produced it, its continuation history), oldest first
         self.remembered: OrderedDict[str, tuple[Lane, History]] = OrderedDict()
-        self.queues: dict[Lane, deque[dict[str, Any]]] = {}  # lanes with work, and their backlog
+        self.queues: dict[Lane, deque[Queued]] = {}  # lanes with work, and their backlog
         self.named: set[str] = set()  # every named lane this socket has used
         self.workers: set[asyncio.Task[None]] = set()
         self.in_flight = asyncio.Semaphore(MAX_IN_FLIGHT)
         self.closing = False  # the server is shutting down: no new turns
+        settings = gateway.settings
+        self.budget = QueueBudget(
+            settings.ws_max_queued_bytes,
+            settings.ws_max_queued_frames,
+            settings.ws_max_rejected_frames,
+        )
 
     # -- receiving ----------------------------------------------------------------
 
@@ -79,8 +96,9 @@ class Session:
         try:
             async with asyncio.timeout(lifetime):
                 async for message in self.ws:
-                    if message.type in (WSMsgType.TEXT, WSMsgType.BINARY):
-                        await self.receive(message.data)
+                    data = message.type in (WSMsgType.TEXT, WSMsgType.BINARY)
+                    if data and not await self.receive(message.data):
+                        break  # closed: the client would not stop flooding
         except TimeoutError:
             await self.send_error(
                 RequestError(
@@ -94,18 +112,44 @@ class Session:
         finally:
             await self.close()
 
-    async def receive(self, raw: str | bytes) -> None:
-        """Check one client frame and queue it on its lane; errors answer at once."""
+    async def receive(self, raw: str | bytes) -> bool:
+        """Queue one client frame on its lane, if the budget takes it; False: close now."""
+        size = _size(raw)
+        admission = self.budget.offer(size)
+        if admission is not Admission.ACCEPT:
+            await self.reject(size, admission)
+            return admission is Admission.REJECT
+        queued = False
+        try:
+            frame = await self.check(raw)
+            if frame is not None:
+                self.enqueue(frame, size)
+                queued = True
+        finally:
+            if not queued:  # answered with an error: nothing is held for it
+                self.budget.release(size)
+        return True
+
+    async def reject(self, size: int, admission: Admission) -> None:
+        """Answer a frame the budget refused; after too many in a row, close 1008."""
+        await self.send_error(RequestError(self.budget.describe(size), status=429, code=QUEUE_FULL))
+        if admission is Admission.CLOSE:
+            log.warning("websocket closed: %d frames in a row over its queue", self.budget.rejected)
+            await self.close()  # in-flight turns end before the socket does
+            await self.ws.close(code=WSCloseCode.POLICY_VIOLATION, message=b"websocket queue full")
+
+    async def check(self, raw: str | bytes) -> dict[str, Any] | None:
+        """The frame if it is a valid create this socket may run; else None, answered."""
         try:
             frame = orjson.loads(raw)
         except orjson.JSONDecodeError:
             await self.send_error(invalid("The message is not valid JSON.", code="invalid_json"))
-            return
+            return None
         if not isinstance(frame, dict):
             await self.send_error(
                 invalid("Each message must be a JSON object.", code="invalid_event")
             )
-            return
+            return None
         kind = frame.get("type")
         if kind != "response.create":
             message = (
@@ -116,56 +160,61 @@ class Session:
             await self.send_error(
                 invalid(message, "type", "unsupported_event_type"), frame.get("stream_id")
             )
-            return
+            return None
         lane = frame.get("stream_id")
-        if self.closing:
-            await self.send_error(
-                RequestError(
-                    "The server is shutting down; reconnect to continue.",
-                    status=503,
-                    type="server_error",
-                    code="server_shutting_down",
-                ),
-                lane,
-            )
-            return
-        if lane is not None and (not isinstance(lane, str) or not _STREAM_ID.fullmatch(lane)):
-            await self.send_error(
-                invalid(
-                    "Invalid 'stream_id': 1-256 characters of [A-Za-z0-9_.-].",
-                    "stream_id",
-                    "invalid_stream_id",
-                )
-            )
-            return
-        if lane is not None and lane not in self.named:
-            if len(self.named) >= MAX_LANES:
-                await self.send_error(
-                    invalid(
-                        f"At most {MAX_LANES} stream lanes per connection.",
-                        "stream_id",
-                        "websocket_stream_limit_reached",
-                    ),
-                    lane,
-                )
-                return
+        error = self.lane_error(lane)
+        if error is not None:
+            await self.send_error(error, lane if error.code != "invalid_stream_id" else None)
+            return None
+        if lane is not None:
             self.named.add(lane)
+        return frame
+
+    def lane_error(self, lane: Any) -> RequestError | None:
+        """Why a create on `lane` cannot run here now, if it cannot."""
+        if self.closing:
+            return RequestError(
+                "The server is shutting down; reconnect to continue.",
+                status=503,
+                type="server_error",
+                code="server_shutting_down",
+            )
+        if lane is not None and (not isinstance(lane, str) or not _STREAM_ID.fullmatch(lane)):
+            return invalid(
+                "Invalid 'stream_id': 1-256 characters of [A-Za-z0-9_.-].",
+                "stream_id",
+                "invalid_stream_id",
+            )
+        if lane is not None and lane not in self.named and len(self.named) >= MAX_LANES:
+            return invalid(
+                f"At most {MAX_LANES} stream lanes per connection.",
+                "stream_id",
+                "websocket_stream_limit_reached",
+            )
+        return None
+
+    def enqueue(self, frame: dict[str, Any], size: int) -> None:
+        """Queue a checked frame on its lane, starting the lane's worker if it has none."""
+        lane = frame.get("stream_id")
         queue = self.queues.get(lane)
         if queue is not None:  # its worker is running and will get to it
-            queue.append(frame)
+            queue.append((frame, size))
             return
-        queue = self.queues[lane] = deque((frame,))
+        queue = self.queues[lane] = deque(((frame, size),))
         worker = asyncio.create_task(self.lane(lane, queue))
         self.workers.add(worker)
         worker.add_done_callback(self.workers.discard)
 
-    async def lane(self, lane: Lane, queue: deque[dict[str, Any]]) -> None:
+    async def lane(self, lane: Lane, queue: deque[Queued]) -> None:
         """FIFO within the lane, one create at a time; exits once the lane is idle."""
         try:
             while queue:
-                frame = queue.popleft()
-                async with self.in_flight:
-                    await self.create(frame, lane)
+                frame, size = queue.popleft()
+                try:
+                    async with self.in_flight:
+                        await self.create(frame, lane)
+                finally:
+                    self.budget.release(size)  # the frame is no longer held
         except ConnectionError as exc:  # the socket went away; run() cleans up
             log.debug("websocket closed during a turn: %s", exc)
         finally:
@@ -330,6 +379,16 @@ class Session:
         self.remembered.clear()
         self.queues.clear()
         self.named.clear()
+        self.budget.clear()
+
+
+def _size(raw: str | bytes) -> int:
+    """What a frame counts for in the budget: its size as received, before parsing.
+
+    Bytes for a binary frame; for text the decoded str's own size (1, 2 or 4 bytes per
+    character, as the parsed strings will hold), known without a copy.
+    """
+    return len(raw) if isinstance(raw, bytes) else sys.getsizeof(raw)
 
 
 def _duration(seconds: float) -> str:

@@ -49,12 +49,19 @@ def redis_answers(port: int, timeout: float = 0.5) -> bool:
 class RedisServer:
     """One redis-server process: no persistence, loopback only, its own temp dir."""
 
-    def __init__(self, port: int | None = None, *, start_timeout: float = 10.0) -> None:
+    def __init__(
+        self,
+        port: int | None = None,
+        *,
+        start_timeout: float = 10.0,
+        extra_args: tuple[str, ...] = (),  # more redis-server options, e.g. to allow DEBUG
+    ) -> None:
         if REDIS_SERVER is None:
             raise RuntimeError("redis-server is not installed")
         self.host = "127.0.0.1"
         self.port = port or 0
         self.start_timeout = start_timeout
+        self.extra_args = extra_args
         self.process: subprocess.Popen[bytes] | None = None
         self._dir: tempfile.TemporaryDirectory[str] | None = None
 
@@ -84,6 +91,7 @@ class RedisServer:
         args = [REDIS_SERVER, "--port", str(self.port), "--bind", self.host]
         args += ["--save", "", "--appendonly", "no", "--daemonize", "no"]
         args += ["--dir", self._dir.name, "--logfile", "redis.log", "--protected-mode", "no"]
+        args += self.extra_args
         self.process = subprocess.Popen(
             args, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
         )

@@ -472,7 +472,11 @@ async def test_store_outage_spares_traffic_that_needs_no_store(
 
 @requires_redis
 async def test_store_dying_mid_turn_releases_backend_and_followers() -> None:
-    async with RedisServer() as server, GatewayHarness(store=server.url) as gw:
+    # The turn waits 1 s for the store to come back (--background-store-wait), then gives up.
+    async with (
+        RedisServer() as server,
+        GatewayHarness(store=server.url, background_store_wait=1.0) as gw,
+    ):
         # "b" comes once the store is surely down (its stop, a SIGTERM, takes a moment)
         gw.backend.script([*text_chunks(["a"]), Sleep(2.0), *text_chunks(["b"], role=False), HANG])
         async with AsyncOpenAI(base_url=gw.url, api_key="k", max_retries=0) as client:

@@ -28,13 +28,18 @@ __all__ = [
 _REDIS_SCHEMES = ("redis://", "rediss://", "unix://")
 
 
-def open_store(spec: str | None, **options: Any) -> ResponseStore:
+def open_store(spec: str | None, *, timeout: float | None = None, **options: Any) -> ResponseStore:
     """`None`/`"memory"` -> MemoryStore, `redis://host:port/db` -> RedisStore.
 
-    `options` go to the store's constructor (e.g. `ttl_seconds`, `key_prefix`).
+    `options` go to the store's constructor (e.g. `ttl_seconds`, `key_prefix`). `timeout`
+    (`--store-timeout`) bounds each operation of a networked store, so a stalled server is
+    an error (`StoreUnavailable`) rather than a wait; the memory store has none to bound.
     """
     if spec is None or spec in ("memory", "memory://"):
         return MemoryStore(**options)
+    if timeout is not None:
+        # Connecting gets at most a second: a refused or unroutable host should fail fast.
+        options = {"op_timeout": timeout, "connect_timeout": min(timeout, 1.0), **options}
     if spec.startswith(_REDIS_SCHEMES):
         try:
             from .redis_store import RedisStore  # lazy: the package works without redis
