@@ -15,6 +15,7 @@ from urllib.parse import unquote, urlsplit
 
 from .http1 import READ_SIZE, Connection, Response
 from .http1_wire import ConnectError, ServerDisconnected
+from .proxy import Proxy, connect_to_proxy, open_tunnel
 
 STALE_AFTER = 1.0  # see ConnectionPool.request
 
@@ -31,6 +32,8 @@ class ConnectionPool:
         limit: int = 0,
         ssl_context: ssl.SSLContext | None = None,
         stale_after: float = STALE_AFTER,
+        proxy: Proxy | None = None,
+        limiter: asyncio.Semaphore | None = None,
     ) -> None:
         parts = urlsplit(url)
         if parts.scheme not in ("http", "https") or not parts.hostname:
@@ -48,7 +51,13 @@ class ConnectionPool:
         self.connect_timeout = connect_timeout
         self.keepalive = keepalive
         self.stale_after = stale_after
-        self._limit = asyncio.Semaphore(limit) if limit > 0 else None
+        # the limit may be shared by several pools to the same origin (`limiter`)
+        self._limit = limiter or (asyncio.Semaphore(limit) if limit > 0 else None)
+        # through a proxy: https is tunnelled (CONNECT), http asks the proxy in absolute form
+        self.proxy = proxy
+        forward = proxy is not None and not tls
+        self._target_prefix = f"http://{self.host_header}" if forward else ""
+        self._proxy_auth = proxy.authorization if forward and proxy is not None else None
         self._loop = asyncio.get_running_loop()
         # every connection reads into this one (see `Connection`): 32 KiB, not 32 KiB each
         self.read_buffer = memoryview(bytearray(READ_SIZE))
@@ -69,8 +78,10 @@ class ConnectionPool:
         self, method: str, target: str, headers: Iterable[tuple[str, str]], length: int | None
     ) -> bytes:
         """A request head (blank line included): Host and Connection added, CR/LF refused."""
-        lines = [f"{method} {target} HTTP/1.1", f"Host: {self.host_header}"]
+        lines = [f"{method} {self._target_prefix}{target} HTTP/1.1", f"Host: {self.host_header}"]
         lines.append("Connection: keep-alive")
+        if self._proxy_auth:
+            lines.append(f"Proxy-Authorization: {self._proxy_auth}")
         for name, value in headers:
             if "\r" in name or "\n" in name or "\r" in value or "\n" in value or ":" in name:
                 raise ValueError(f"invalid header {name!r}")
@@ -147,15 +158,10 @@ class ConnectionPool:
         conn = Connection(self)
         try:
             async with asyncio.timeout(self.connect_timeout):
-                await self._loop.create_connection(
-                    lambda: conn,
-                    self.host,
-                    self.port,
-                    ssl=self.ssl,
-                    server_hostname=self.host if self.ssl else None,
-                )
+                await self._open(conn)
         except TimeoutError:
-            raise ConnectError(f"no connection within {self.connect_timeout:g} s") from None
+            via = f" (through the proxy at {self.proxy.where})" if self.proxy else ""
+            raise ConnectError(f"no connection within {self.connect_timeout:g} s{via}") from None
         except ConnectionRefusedError:
             raise ConnectError("connection refused") from None
         except OSError as exc:
@@ -166,6 +172,22 @@ class ConnectionPool:
         if conn.closed:
             raise ServerDisconnected("the server closed the connection at once")
         return conn
+
+    async def _open(self, conn: Connection) -> None:
+        """Connect `conn`: directly, to the proxy (http), or tunnelled through it (https)."""
+        proxy = self.proxy
+        if proxy is None:
+            await self._loop.create_connection(
+                lambda: conn,
+                self.host,
+                self.port,
+                ssl=self.ssl,
+                server_hostname=self.host if self.ssl else None,
+            )
+        elif self.ssl is None:
+            await connect_to_proxy(proxy, lambda: conn)
+        else:
+            await open_tunnel(proxy, self.host, self.port, conn, self.ssl)
 
     def release(self, conn: Connection) -> None:
         """Back to the pool if its response ended cleanly (unread bytes of it are dropped)."""
