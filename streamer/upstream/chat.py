@@ -28,6 +28,7 @@ from ..deltas import Delta, UpstreamError
 from ..errors import RequestError, server_error
 from ..sse import SSEDecoder, SSEError, SSEMessage
 from .chat_decode import INVALID_CHUNK, ChatChunkDecoder, decode_body, http_error
+from .connection_limit import ConnectionLimit
 from .content_coding import ContentCodingError, DecodedResponse, UnsupportedCoding, decoder_for
 from .http1 import Response
 from .http1_pool import ConnectionPool
@@ -69,7 +70,7 @@ class ChatUpstream:
         self._forward_proxy = proxy is not None and parts.scheme != "https"
         self._ssl_context = ssl_context  # None: the system's CAs
         # one bound for every pool to this origin (0: unlimited, the backend sets the pace)
-        self._limiter = asyncio.Semaphore(max_connections) if max_connections > 0 else None
+        self.connection_limit = ConnectionLimit(max_connections) if max_connections > 0 else None
         self._host = parts.hostname
         self._port = parts.port or (443 if parts.scheme == "https" else 80)
         self._path = parts.path
@@ -94,7 +95,7 @@ class ChatUpstream:
                 keepalive=KEEPALIVE_TIMEOUT,
                 ssl_context=self._ssl_context,
                 proxy=self._proxy,
-                limiter=self._limiter,
+                limiter=self.connection_limit,
             )
             head = self._pool.head(
                 "POST", self._path + "/chat/completions", self._headers(_CHAT_HEADERS), None

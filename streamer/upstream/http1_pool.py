@@ -13,6 +13,7 @@ import ssl
 from collections.abc import Iterable
 from urllib.parse import unquote, urlsplit
 
+from .connection_limit import ConnectionLimit
 from .http1 import READ_SIZE, Connection, Response
 from .http1_wire import ConnectError, ServerDisconnected
 from .proxy import Proxy, connect_to_proxy, open_tunnel
@@ -33,7 +34,7 @@ class ConnectionPool:
         ssl_context: ssl.SSLContext | None = None,
         stale_after: float = STALE_AFTER,
         proxy: Proxy | None = None,
-        limiter: asyncio.Semaphore | None = None,
+        limiter: ConnectionLimit | asyncio.Semaphore | None = None,
     ) -> None:
         parts = urlsplit(url)
         if parts.scheme not in ("http", "https") or not parts.hostname:
