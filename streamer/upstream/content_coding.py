@@ -6,7 +6,7 @@ anyway. `decoder_for(header)` gives `None` for identity (the hot path is untouch
 `UnsupportedCoding`.
 
 No decompression bomb: `BodyDecoder.decode(data)` returns at most `max_output` bytes per
-call, whatever the input, and keeps the rest of the work for the next call (`pending`
+call (br: or its one 32 KiB block, if more), whatever the input, and keeps the rest of the work for the next call (`pending`
 says there is more output without new input). So what one read of the socket can make
 is bounded, and the decoded bytes flow into the same limits as an identity body. The
 zstd window is held to 8 MiB (RFC 9659), so a frame cannot make the decoder allocate more.
@@ -34,6 +34,7 @@ except ImportError:  # pragma: no cover - the version in use decides
 import brotli
 
 MAX_OUTPUT = 256 << 10  # decoded bytes per `decode` call at most: 8 socket reads' worth
+BROTLI_BLOCK = 32 << 10  # brotli's first output block: its smallest step of output
 ZSTD_WINDOW_LOG_MAX = 23  # 8 MiB, the most RFC 9659 lets an HTTP zstd frame ask for
 SUPPORTED = ("gzip", "deflate", "br", "zstd")
 
@@ -132,9 +133,10 @@ class _Brotli:
         d = self._d
         if d.is_finished() and self._input:
             raise ContentCodingError("bytes after the end of the br body")
-        # brotli grows its output in steps and stops past the limit, not at it: half the
-        # limit keeps it under (256 KiB asked: 224 KiB at most given)
-        half = max(1, limit // 2)
+        # brotli grows its output in blocks (32 KiB, then doubling) and stops past the limit,
+        # not at it: this keeps it within `limit` (256 KiB asked: 224 KiB at most given),
+        # or one 32 KiB block for limits below 64 KiB
+        half = max(1, limit // 2 - BROTLI_BLOCK)
         try:
             if d.can_accept_more_data():  # else it must be called with no input (brotli's rule)
                 data, self._input = self._input, b""
