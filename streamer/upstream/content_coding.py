@@ -307,13 +307,15 @@ class DecodedResponse:
 
     async def read_all(self, limit: int) -> bytes:
         """The decoded body up to `limit` bytes (no more is decoded)."""
-        buf = bytearray()
-        while len(buf) < limit:
+        parts: list[bytes] = []
+        size = 0
+        while size < limit:
             data = await self.read()
             if not data:
                 break
-            buf += data
-        return bytes(buf[:limit])
+            parts.append(data if size + len(data) <= limit else data[: limit - size])
+            size += len(parts[-1])
+        return b"".join(parts)  # one copy: the pieces and the whole, never more
 
     def release(self) -> None:
         self._resp.release()

@@ -539,3 +539,55 @@ async def test_max_connections_bounds_the_backend_connections() -> None:
     assert [o.text for o in outcomes] == ["ok"] * 5
     assert most == 2
     assert backend.connections == 2
+
+
+# -- figures: peak RSS of a gateway process under decompression bombs ----------------------
+
+
+def peak_rss(pid: int) -> int:
+    """The process's peak resident memory so far (VmHWM), in bytes."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) * 1024
+    raise AssertionError("no VmHWM")
+
+
+@pytest.mark.slow
+async def test_bombs_leave_the_gateway_processs_memory_bounded(tmp_path: Path) -> None:
+    """A gateway process in front of 1 GiB gzip bombs: an SSE line and a JSON body (a whole
+    completion, then 1 GiB of blanks). Each is decoded a bounded piece per read and cut at
+    its limit (16 MiB line, 64 MiB JSON body); the peak RSS stays far below the bomb."""
+    from test_shutdown import gateway_process
+
+    sse = gzip_bomb(sse_events(["Hello", " bomb"]).removesuffix(DONE), 1 << 30)
+    blanks = gzip.compress(b" " * (16 << 20), 9) * 64
+    whole = gzip.compress(orjson.dumps(completion("Hello JSON bomb"))) + blanks
+    bombs = [(b"text/event-stream", sse), (b"application/json", whole)]
+
+    async def handler(conn: RawConnection) -> None:
+        while await conn.request() is not None:
+            content_type, body = bombs.pop(0)
+            await conn.send(
+                b"HTTP/1.1 200 OK\r\nContent-Type: %s\r\nContent-Encoding: gzip\r\n"
+                b"Content-Length: %d\r\n\r\n%s" % (content_type, len(body), body)
+            )
+
+    async with (
+        RawBackend(handler) as backend,
+        gateway_process(tmp_path / "gw.log", "--upstream", backend.url) as gw,
+        aiohttp.ClientSession() as http,
+    ):
+        before = peak_rss(gw.process.pid)
+        failed = await sse_turn(http, gw.url)
+        after_sse = peak_rss(gw.process.pid)
+        whole_json = await sse_turn(http, gw.url)
+        after_json = peak_rss(gw.process.pid)
+    assert failed.text == "Hello bomb" and failed.response is not None
+    assert failed.response["status"] == "failed"
+    assert whole_json.text == "Hello JSON bomb"
+    mib = 1 << 20
+    print(
+        f"\npeak RSS: {before / mib:.1f} MiB at start, {after_sse / mib:.1f} MiB after the 1 GiB "
+        f"SSE-line bomb, {after_json / mib:.1f} MiB after the 1 GiB JSON bomb"
+    )
+    assert after_json < 400 * mib  # 1 GiB each if decoded whole
