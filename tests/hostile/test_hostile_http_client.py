@@ -30,6 +30,7 @@ import aiohttp
 import brotli
 import orjson
 import pytest
+import uvloop
 from harness import GatewayHarness
 from raw_backend import RawBackend, RawConnection, chunked
 from scripted_backend import DONE, ScriptedBackend, completion, finish, text_chunks, usage
@@ -48,6 +49,7 @@ CODINGS: dict[str, Callable[[bytes], bytes]] = {
     "br": brotli.compress,
     "zstd": zstd.compress,
 }
+Open = dict[asyncio.Task[Any], asyncio.StreamWriter]  # connection handlers and their clients
 needs_openssl = pytest.mark.skipif(shutil.which("openssl") is None, reason="no openssl")
 
 # -- a forward proxy -------------------------------------------------------------------
@@ -74,7 +76,7 @@ class ForwardProxy:
     seen: list[Seen] = field(default_factory=list)
     port: int = 0
     _server: asyncio.Server | None = None
-    _tasks: set[asyncio.Task[Any]] = field(default_factory=set)
+    _open: Open = field(default_factory=dict)
 
     @property
     def url(self) -> str:
@@ -87,11 +89,11 @@ class ForwardProxy:
 
     async def __aexit__(self, *exc: object) -> None:
         assert self._server is not None
-        await close_server(self._server, self._tasks)
+        await close_server(self._server, self._open)
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         with (
-            tracked(self._tasks),
+            tracked(self._open, writer),
             contextlib.suppress(ConnectionError, asyncio.IncompleteReadError, OSError),
         ):
             try:
@@ -129,23 +131,27 @@ class ForwardProxy:
 
 
 @contextlib.contextmanager
-def tracked(tasks: set[asyncio.Task[Any]]) -> Iterator[None]:
-    """The current connection handler is in `tasks` while it runs (to cancel at the end)."""
+def tracked(open_: Open, writer: asyncio.StreamWriter) -> Iterator[None]:
+    """The current connection handler and its client are in `open_` while it runs."""
     task = asyncio.current_task()
     assert task is not None
-    tasks.add(task)
+    open_[task] = writer
     try:
         yield
     finally:
-        tasks.discard(task)
+        open_.pop(task, None)
 
 
-async def close_server(server: asyncio.Server, tasks: set[asyncio.Task[Any]]) -> None:
+async def close_server(server: asyncio.Server, open_: Open) -> None:
+    """Stop listening, cut every client (their relays then end), wait for the handlers."""
     server.close()
-    for task in list(tasks):
-        task.cancel()
+    tasks = list(open_)
+    for writer in open_.values():
+        writer.transport.abort()
     if tasks:
-        await asyncio.wait(list(tasks), timeout=2)
+        _, stuck = await asyncio.wait(tasks, timeout=2)
+        for task in stuck:
+            task.cancel()
     await server.wait_closed()
 
 
@@ -198,10 +204,10 @@ async def tls_front(backend_url: str, cert: Path, key: Path) -> AsyncIterator[st
     context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
     context.load_cert_chain(cert, key)
 
-    tasks: set[asyncio.Task[Any]] = set()
+    open_: Open = {}
 
     async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        with tracked(tasks), contextlib.suppress(ConnectionError, OSError):
+        with tracked(open_, writer), contextlib.suppress(ConnectionError, OSError):
             up_reader, up_writer = await asyncio.open_connection(target.hostname, target.port)
             await relay(reader, writer, up_reader, up_writer)
         writer.close()
@@ -211,7 +217,7 @@ async def tls_front(backend_url: str, cert: Path, key: Path) -> AsyncIterator[st
     try:
         yield f"https://localhost:{port}/v1"
     finally:
-        await close_server(server, tasks)
+        await close_server(server, open_)
 
 
 # -- clients -------------------------------------------------------------------------------
@@ -254,10 +260,7 @@ async def test_http_backend_through_the_environments_proxy(
     assert first.headers["proxy-authorization"] == f"Basic {PROXY_TOKEN}"
 
 
-@needs_openssl
-async def test_https_backend_through_a_connect_tunnel_trusting_the_ca_file(
-    monkeypatch: pytest.MonkeyPatch, certificate: tuple[Path, Path]
-) -> None:
+async def tunnelled_turns(monkeypatch: pytest.MonkeyPatch, certificate: tuple[Path, Path]) -> None:
     """HTTPS_PROXY: CONNECT host:port, then TLS to the backend inside, verified by the CA file."""
     backend = ScriptedBackend()
     await backend.start()
@@ -273,6 +276,21 @@ async def test_https_backend_through_a_connect_tunnel_trusting_the_ca_file(
     port = urlsplit(https_url).port
     assert [(s.method, s.target) for s in proxy.seen] == [("CONNECT", f"localhost:{port}")]
     assert len(backend.requests) == 2
+
+
+@needs_openssl
+async def test_https_backend_through_a_connect_tunnel_trusting_the_ca_file(
+    monkeypatch: pytest.MonkeyPatch, certificate: tuple[Path, Path]
+) -> None:
+    await tunnelled_turns(monkeypatch, certificate)
+
+
+@needs_openssl
+def test_the_tunnel_under_uvloop(
+    monkeypatch: pytest.MonkeyPatch, certificate: tuple[Path, Path]
+) -> None:
+    """`streamer serve` runs on uvloop: its start_tls takes over the CONNECT connection too."""
+    uvloop.run(tunnelled_turns(monkeypatch, certificate))
 
 
 @needs_openssl
@@ -350,6 +368,46 @@ async def test_a_proxy_refusing_connect_is_a_502_naming_its_status_never_its_cre
     assert backend.requests == []
     for text in [*seen, caplog.text]:
         assert PROXY_PASSWORD not in text and PROXY_TOKEN not in text and PROXY_USER not in text
+
+
+async def test_the_setting_names_the_proxy_or_turns_the_environments_off(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    async with ForwardProxy() as proxy, aiohttp.ClientSession() as http:
+        async with GatewayHarness(upstream_proxy=proxy.url) as gw:
+            assert (await sse_turn(http, gw.url)).text == "Hello!"
+        assert len(proxy.seen) == 1
+        monkeypatch.setenv("HTTP_PROXY", proxy.url)
+        async with GatewayHarness(upstream_proxy="none") as gw:
+            assert (await sse_turn(http, gw.url)).text == "Hello!"
+        assert len(proxy.seen) == 1  # went direct
+
+
+async def test_a_proxy_that_never_answers_connect_meets_the_connect_timeout() -> None:
+    heads: list[bytes] = []
+    open_: Open = {}
+
+    async def silent(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        with tracked(open_, writer), contextlib.suppress(ConnectionError, OSError):
+            heads.append(await reader.readuntil(b"\r\n\r\n"))
+            await reader.read()  # until the gateway gives up and closes
+
+    server = await asyncio.start_server(silent, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    try:
+        async with GatewayHarness(
+            upstream="https://backend.internal/v1",
+            upstream_proxy=f"127.0.0.1:{port}",
+            upstream_connect_timeout=0.5,
+        ) as gw:
+            status, body = await post(gw)
+    finally:
+        await close_server(server, open_)
+    assert status == 502, body
+    code, message = error_of(body)
+    assert code == "upstream_unreachable"
+    assert "no connection within 0.5 s (through the proxy at 127.0.0.1:" in message
+    assert heads == [b"CONNECT backend.internal:443 HTTP/1.1\r\nHost: backend.internal:443\r\n\r\n"]
 
 
 async def test_an_https_proxy_url_is_refused_at_startup() -> None:
