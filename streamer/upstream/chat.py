@@ -37,6 +37,7 @@ from .proxy import Proxy
 
 ERROR_BODY_LIMIT = 1 << 20  # enough for any error message; a larger body is cut
 JSON_BODY_LIMIT = 64 << 20  # a whole non-streamed completion
+INVALID_ENCODING = "invalid_upstream_encoding"  # a compressed stream that stops decoding
 _DRAIN_LIMIT = 1 << 16  # bytes read after [DONE] to reach EOF and keep the connection
 _FIRST_BATCH, _MAX_BATCH = 4, 256  # events decoded per batch: the first few, then up to 256
 _DRAIN_TIMEOUT = 0.1  # the end of the body follows [DONE] at once; never hold the caller longer
@@ -349,8 +350,11 @@ class ChatStream:
                 return self._fail(
                     [], "upstream_timeout", f"The backend sent nothing for {self.idle_timeout:g} s."
                 )
-            except ContentCodingError as exc:
-                return self._fail([], "upstream_error", f"The backend's answer broke off: {exc}.")
+            except ContentCodingError as exc:  # before HTTPClientError: it is one
+                if self._chat.finished:  # only the end of the compressed epilogue is lost
+                    self._abort()
+                    raise StopAsyncIteration from None
+                return self._fail([], INVALID_ENCODING, f"The backend's answer broke off: {exc}.")
             except (HTTPClientError, OSError):
                 if self._chat.finished:  # the answer was complete; only the epilogue is lost
                     self._abort()

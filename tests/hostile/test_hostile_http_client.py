@@ -14,6 +14,7 @@ import base64
 import contextlib
 import gzip
 import logging
+import random
 import select
 import shutil
 import socket
@@ -485,6 +486,44 @@ async def test_an_unknown_coding_is_a_502_that_says_so() -> None:
     code, message = error_of(body)
     assert code == "upstream_error"
     assert "Content-Encoding 'compress'" in message and "cannot decode" in message
+
+
+@pytest.mark.parametrize("coding", list(CODINGS))
+async def test_a_compressed_stream_cut_short_fails_the_turn_after_its_text(coding: str) -> None:
+    """A whole HTTP body whose compressed stream stops half-way (a proxy cut it): the text
+    decoded so far goes out and the turn ends `response.failed` saying why."""
+    first = b"".join(
+        b"data: " + orjson.dumps(c) + b"\n\n" for c in text_chunks(["Hello", " so far"])
+    )
+    data = CODINGS[coding](first + b": " + random.Random(13).randbytes(100_000).hex().encode())
+    ends = range(0, len(data), 64)  # the first cut where the text is decodable
+    cut = next(i for i in ends if first in decode_prefix(coding, data[:i]))
+    head = (
+        f"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nContent-Encoding: {coding}\r\n"
+        f"Content-Length: {cut}\r\n\r\n"
+    ).encode()
+    async with (
+        RawBackend(answering(head + data[:cut])) as backend,
+        GatewayHarness(upstream=backend.url) as gw,
+        aiohttp.ClientSession() as http,
+    ):
+        outcome = await sse_turn(http, gw.url)
+    assert outcome.response is not None, outcome.seen
+    assert (outcome.response["status"], outcome.text) == ("failed", "Hello so far")
+    assert outcome.code == "invalid_upstream_encoding"
+    message = outcome.response["error"]["message"]
+    assert f"broke off: the {coding} body was cut short" in message, message
+
+
+def decode_prefix(coding: str, data: bytes) -> bytes:
+    """What the standard decoders make of the start of a compressed stream."""
+    if coding in ("gzip", "deflate"):
+        return zlib.decompressobj(
+            16 + zlib.MAX_WBITS if coding == "gzip" else zlib.MAX_WBITS
+        ).decompress(data)
+    if coding == "br":
+        return brotli.Decompressor().process(data)
+    return zstd.ZstdDecompressor().decompress(data)
 
 
 def gzip_bomb(prefix: bytes, size: int) -> bytes:
