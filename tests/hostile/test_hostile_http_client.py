@@ -411,10 +411,22 @@ async def test_a_proxy_that_never_answers_connect_meets_the_connect_timeout() ->
     assert heads == [b"CONNECT backend.internal:443 HTTP/1.1\r\nHost: backend.internal:443\r\n\r\n"]
 
 
-async def test_an_https_proxy_url_is_refused_at_startup() -> None:
-    gw = GatewayHarness(upstream_proxy="https://proxy.internal:3128")
+@pytest.mark.parametrize(
+    ("settings", "says"),
+    [
+        ({"upstream_proxy": "https://proxy.internal:3128"}, r"https:// proxies .* not supported"),
+        ({"upstream_proxy": "socks5://proxy.internal:1080"}, "only http:// proxy URLs"),
+        ({"upstream_ca_file": "/no/such/ca.pem"}, "--upstream-ca-file /no/such/ca.pem: No such"),
+        ({"upstream_connect_timeout": 0.0}, "--upstream-connect-timeout must be more than 0"),
+        ({"upstream_max_connections": -1}, "--upstream-max-connections must be 0"),
+    ],
+)
+async def test_unusable_client_settings_stop_the_gateway_at_startup(
+    settings: dict[str, Any], says: str
+) -> None:
+    gw = GatewayHarness(upstream="https://backend.internal/v1", **settings)
     try:
-        with pytest.raises(ValueError, match=r"https:// proxies .* not supported"):
+        with pytest.raises(ValueError, match=says):
             await gw.start()
     finally:
         await gw.stop()
