@@ -129,6 +129,8 @@ def test_connect_reply_fed_in_pieces_after_an_informational_answer() -> None:
     done = [reply.feed(raw[i : i + 1]) for i in range(len(raw))]
     assert done == [False] * (len(raw) - 1) + [True]
     assert reply.status == 200
+    whole = ConnectReply()
+    assert whole.feed(raw) and whole.status == 200
 
 
 def test_connect_reply_refusals_and_violations() -> None:

@@ -204,21 +204,21 @@ class ConnectReply:
         self.status = 0
 
     def feed(self, data: bytes) -> bool:
-        start = max(0, len(self._buf) - 3)
-        self._buf += data
-        end = self._buf.find(b"\r\n\r\n", start)
-        if end < 0:
-            if len(self._buf) > MAX_HEAD:
-                raise ProtocolError("the proxy's answer to CONNECT is too large")
-            return False
-        status, _, _, _ = parse_head(bytes(self._buf[:end]))
-        if 100 <= status < 200:  # informational: the real answer follows
-            del self._buf[: end + 4]
-            return self.feed(b"")
-        if 200 <= status < 300 and len(self._buf) > end + 4:
-            raise ProtocolError("the proxy sent bytes before the tunnel's TLS began")
-        self.status = status
-        return True
+        buf = self._buf
+        start = max(0, len(buf) - 3)  # a blank line split across reads
+        buf += data
+        while (end := buf.find(b"\r\n\r\n", start)) >= 0:
+            status, _, _, _ = parse_head(bytes(buf[:end]))
+            if not 100 <= status < 200:
+                if 200 <= status < 300 and len(buf) > end + 4:
+                    raise ProtocolError("the proxy sent bytes before the tunnel's TLS began")
+                self.status = status
+                return True
+            del buf[: end + 4]  # informational: the real answer follows
+            start = 0
+        if len(buf) > MAX_HEAD:
+            raise ProtocolError("the proxy's answer to CONNECT is too large")
+        return False
 
 
 class _Handshake(asyncio.Protocol):
