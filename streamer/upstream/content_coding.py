@@ -6,10 +6,11 @@ anyway. `decoder_for(header)` gives `None` for identity (the hot path is untouch
 `UnsupportedCoding`.
 
 No decompression bomb: `BodyDecoder.decode(data)` returns at most `max_output` bytes per
-call (br: or its one 32 KiB block, if more), whatever the input, and keeps the rest of the work for the next call (`pending`
-says there is more output without new input). So what one read of the socket can make
-is bounded, and the decoded bytes flow into the same limits as an identity body. The
-zstd window is held to 8 MiB (RFC 9659), so a frame cannot make the decoder allocate more.
+call (br: or its one 32 KiB block, if more), whatever the input, and keeps the rest of the
+work for the next call (`pending` says there is more output without new input). So what
+one read of the socket can make is bounded, and the decoded bytes flow into the same
+limits as an identity body. The zstd window is held to 8 MiB (RFC 9659), so a frame
+cannot make the decoder allocate more.
 
 `DecodedResponse` is the thin async shell: an `http1.Response` whose `read()` returns
 decoded bytes.
@@ -21,17 +22,17 @@ import asyncio
 import zlib
 from typing import TYPE_CHECKING, Protocol
 
-from .http1_wire import ProtocolError
+import brotli
 
-if TYPE_CHECKING:
-    from .http1 import Response
+from .http1_wire import ProtocolError
 
 try:  # Python 3.14 has it in the standard library
     from compression import zstd  # type: ignore[import-not-found]
 except ImportError:  # pragma: no cover - the version in use decides
     from backports import zstd  # type: ignore[import-not-found,no-redef]
 
-import brotli
+if TYPE_CHECKING:
+    from .http1 import Response
 
 MAX_OUTPUT = 256 << 10  # decoded bytes per `decode` call at most: 8 socket reads' worth
 BROTLI_BLOCK = 32 << 10  # brotli's first output block: its smallest step of output

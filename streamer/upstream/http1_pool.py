@@ -53,7 +53,9 @@ class ConnectionPool:
         self.keepalive = keepalive
         self.stale_after = stale_after
         # the limit may be shared by several pools to the same origin (`limiter`)
-        self._limit = limiter or (asyncio.Semaphore(limit) if limit > 0 else None)
+        if limiter is None and limit > 0:
+            limiter = asyncio.Semaphore(limit)
+        self._limit = limiter
         # through a proxy: https is tunnelled (CONNECT), http asks the proxy in absolute form
         self.proxy = proxy
         forward = proxy is not None and not tls
