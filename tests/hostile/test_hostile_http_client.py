@@ -365,6 +365,13 @@ async def test_a_proxy_refusing_connect_is_a_502_naming_its_status_never_its_cre
             assert status == 502, body
             assert "407" in error_of(body)[1]
             seen.append(orjson.dumps(body).decode())
+        with never_accepting() as port:  # and a proxy that cannot be reached at all
+            gone = f"http://{PROXY_USER}:{PROXY_PASSWORD}@127.0.0.1:{port}"
+            async with GatewayHarness(upstream_proxy=gone, upstream_connect_timeout=0.3) as gw:
+                status, body = await post(gw)
+                assert status == 502, body
+                assert f"through the proxy at 127.0.0.1:{port}" in error_of(body)[1]
+                seen.append(orjson.dumps(body).decode())
     assert [s.method for s in proxy.seen] == ["CONNECT", "POST"]
     assert backend.requests == []
     for text in [*seen, caplog.text]:
