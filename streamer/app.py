@@ -7,8 +7,10 @@ import gc
 import hmac
 import logging
 import os
+import ssl
 import time
 from collections.abc import Awaitable, Callable
+from typing import Any
 
 import orjson
 from aiohttp import web
@@ -172,6 +174,7 @@ async def _start(app: web.Application) -> None:
     from .store import open_store
     from .store.observed import observe_store
     from .upstream.chat import ChatUpstream
+    from .upstream.proxy import select_proxy
 
     settings = app[SETTINGS]
     base_url = settings.upstream
@@ -181,15 +184,26 @@ async def _start(app: web.Application) -> None:
         runner, base_url = await start_scripted_model()
         app[SCRIPTED_RUNNER] = runner
         log.warning("no --upstream: serving the embedded scripted model at %s", base_url)
+    # the embedded model is in this process: never through a proxy
+    proxy = (
+        select_proxy(base_url, settings.upstream_proxy, os.environ) if settings.upstream else None
+    )
     chat = ChatUpstream(
         base_url,
         api_key=settings.upstream_api_key,
         idle_timeout=settings.idle_timeout,
+        **_client_contract(settings),
+        proxy=proxy,
         keepalive=settings.upstream_keepalive,
         client_pools=settings.upstream_client_pools,
     )
     # whatever the backend says back is scrubbed of every key this gateway knows
-    upstream = RedactingUpstream(chat, (settings.upstream_api_key, *settings.client_keys()))
+    secrets = (
+        settings.upstream_api_key,
+        *settings.client_keys(),
+        *(proxy.secrets if proxy else ()),
+    )
+    upstream = RedactingUpstream(chat, secrets)
     store = open_store(
         settings.store, ttl_seconds=settings.store_ttl, timeout=settings.store_timeout
     )
@@ -197,6 +211,26 @@ async def _start(app: web.Application) -> None:
     observe_store(store, gateway.metrics.store_operations)
     gateway.background = Background(gateway)
     app[GATEWAY] = gateway
+
+
+def _client_contract(settings: Settings) -> dict[str, Any]:
+    """Connect timeout, connection limit and CA file for `ChatUpstream`, checked at startup."""
+    if not settings.upstream_connect_timeout > 0:
+        raise ValueError("--upstream-connect-timeout must be more than 0 seconds")
+    if settings.upstream_max_connections < 0:
+        raise ValueError("--upstream-max-connections must be 0 (no limit) or more")
+    context = None
+    if settings.upstream_ca_file:
+        try:  # the file's CAs instead of the system's, as curl --cacert and requests do
+            context = ssl.create_default_context(cafile=settings.upstream_ca_file)
+        except OSError as exc:  # ssl.SSLError too: not PEM, no certificate in it
+            reason = exc.strerror or str(exc)
+            raise ValueError(f"--upstream-ca-file {settings.upstream_ca_file}: {reason}") from None
+    return {
+        "connect_timeout": settings.upstream_connect_timeout,
+        "max_connections": settings.upstream_max_connections,
+        "ssl_context": context,
+    }
 
 
 class _Shutdown:

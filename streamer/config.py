@@ -43,6 +43,36 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("--port", "port", 8080, "Port to bind.", int),
     Setting("--upstream-api-key", "upstream_api_key", None, "Bearer key sent to the backend."),
     Setting(
+        "--upstream-proxy",
+        "upstream_proxy",
+        None,
+        "http:// forward proxy to the backend (https backends through CONNECT). Unset: "
+        "from http_proxy / https_proxy / all_proxy (either case); `none`: never. no_proxy "
+        "applies either way. https:// and socks proxies are refused at startup.",
+    ),
+    Setting(
+        "--upstream-connect-timeout",
+        "upstream_connect_timeout",
+        10.0,
+        "Seconds to connect to the backend (proxy, CONNECT and TLS included; 502 beyond).",
+        float,
+    ),
+    Setting(
+        "--upstream-max-connections",
+        "upstream_max_connections",
+        0,
+        "Most connections in use to the backend at once, across the gateway (0: no limit); "
+        "more requests wait for one.",
+        int,
+    ),
+    Setting(
+        "--upstream-ca-file",
+        "upstream_ca_file",
+        None,
+        "PEM bundle of the CAs that https backends are verified against, instead of the "
+        "system's (e.g. a private CA).",
+    ),
+    Setting(
         "--forward-authorization",
         "forward_authorization",
         False,
@@ -198,6 +228,10 @@ class Settings:
     host: str = "127.0.0.1"
     port: int = 8080
     upstream_api_key: str | None = None
+    upstream_proxy: str | None = None
+    upstream_connect_timeout: float = 10.0
+    upstream_max_connections: int = 0
+    upstream_ca_file: str | None = None
     forward_authorization: bool = False
     upstream_keepalive: bool = True
     upstream_client_pools: int = 256

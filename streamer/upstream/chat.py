@@ -31,12 +31,16 @@ from ..errors import RequestError, server_error
 from ..identity import client_identity
 from ..sse import SSEDecoder, SSEError, SSEMessage
 from .chat_decode import INVALID_CHUNK, ChatChunkDecoder, decode_body, http_error
+from .connection_limit import ConnectionLimit
+from .content_coding import ContentCodingError, DecodedResponse, UnsupportedCoding, decoder_for
 from .http1 import READ_SIZE, Response
 from .http1_pool import ClientPools, ConnectionPool
 from .http1_wire import ConnectError, HTTPClientError, ProtocolError, ReadTimeout
+from .proxy import Proxy
 
 ERROR_BODY_LIMIT = 1 << 20  # enough for any error message; a larger body is cut
 JSON_BODY_LIMIT = 64 << 20  # a whole non-streamed completion
+INVALID_ENCODING = "invalid_upstream_encoding"  # a compressed stream that stops decoding
 _DRAIN_LIMIT = 1 << 16  # bytes read after [DONE] to reach EOF and keep the connection
 _FIRST_BATCH, _MAX_BATCH = 4, 256  # events decoded per batch: the first few, then up to 256
 _DRAIN_TIMEOUT = 0.1  # the end of the body follows [DONE] at once; never hold the caller longer
@@ -64,9 +68,15 @@ class ChatUpstream:
         max_connections: int = 0,
         keepalive: bool = True,
         client_pools: int = 256,
+        proxy: Proxy | None = None,
+        ssl_context: ssl.SSLContext | None = None,
     ) -> None:
         self.base_url = base_url.rstrip("/")
         parts = urlsplit(self.base_url)
+        self._proxy = proxy  # None: direct (see `proxy.select_proxy`)
+        self._forward_proxy = proxy is not None and parts.scheme != "https"
+        # one bound for every pool to this origin (0: unlimited, the backend sets the pace)
+        self.connection_limit = ConnectionLimit(max_connections) if max_connections > 0 else None
         self._host = parts.hostname
         self._port = parts.port or (443 if parts.scheme == "https" else 80)
         self._path = parts.path
@@ -75,11 +85,12 @@ class ChatUpstream:
         # does not run while reading is paused by flow control, so a slow client is not idle
         self.idle_timeout = idle_timeout
         self._api_key = api_key
-        self._max_connections = max_connections  # 0: unlimited, the backend sets the pace
         self._keepalive = keepalive  # False: a new connection per request, nothing shared
         self._client_pools = client_pools  # most client identities with a pool of their own
         self._pools: ClientPools | None = None
-        self._ssl = ssl.create_default_context() if parts.scheme == "https" else None
+        if ssl_context is None and parts.scheme == "https":
+            ssl_context = ssl.create_default_context()  # the system's CAs
+        self._ssl_context = ssl_context
         self._read_buffer = memoryview(bytearray(READ_SIZE))  # one for all pools (see Connection)
         self._chat_head = b""  # the request head up to Content-Length, without extra headers
 
@@ -108,8 +119,9 @@ class ChatUpstream:
             self.base_url,
             connect_timeout=self.connect_timeout,
             keepalive=KEEPALIVE_TIMEOUT,
-            limit=self._max_connections,
-            ssl_context=self._ssl,
+            ssl_context=self._ssl_context,
+            proxy=self._proxy,
+            limiter=self.connection_limit,
             reuse=self._keepalive,
             read_buffer=self._read_buffer,
         )
@@ -150,15 +162,19 @@ class ChatUpstream:
             )
         else:
             head = self._chat_head + b"Content-Length: %d\r\n\r\n" % len(data)
-        resp = await self._request(pool, head + data, self.idle_timeout)
+        raw_resp = await self._request(pool, head + data, self.idle_timeout)
+        resp: Response | DecodedResponse = raw_resp
         try:
             if resp.status >= 300:
-                raise await _http_error(resp)
+                raise await self._http_error(raw_resp)
+            resp = self._decoding(raw_resp)
             if "json" in resp.content_type:
                 try:
                     raw = await resp.read_all(JSON_BODY_LIMIT)
                 except TimeoutError:
                     raise self._timed_out() from None
+                except ContentCodingError as exc:  # before ProtocolError: it is one
+                    raise self._undecodable(exc) from None
                 except ProtocolError as exc:
                     raise self._invalid(exc) from None
                 except (HTTPClientError, OSError):
@@ -177,11 +193,15 @@ class ChatUpstream:
 
     async def get_models(self, *, headers: dict[str, str] | None = None) -> tuple[int, bytes]:
         """The backend's `GET /models`, status and body as they came (`headers`: as `open`)."""
-        resp = await self._get_models(min(self.idle_timeout, 30), headers)
+        raw_resp = await self._get_models(min(self.idle_timeout, 30), headers)
+        resp: Response | DecodedResponse = raw_resp
         try:
+            resp = self._decoding(raw_resp)
             return resp.status, await resp.read_all(JSON_BODY_LIMIT)
         except TimeoutError:
             raise self._timed_out() from None
+        except ContentCodingError as exc:
+            raise self._undecodable(exc) from None
         except (HTTPClientError, OSError):
             raise self._closed_early("listing its models") from None
         finally:
@@ -239,6 +259,35 @@ class ChatUpstream:
             code="upstream_error",
         )
 
+    def _decoding(self, resp: Response) -> Response | DecodedResponse:
+        """`resp`, or its body decoded if a `Content-Encoding` came (a proxy compressed it)."""
+        try:
+            decoder = decoder_for(_content_encoding(resp))
+        except UnsupportedCoding as exc:
+            raise self._undecodable(exc) from None
+        return resp if decoder is None else DecodedResponse(resp, decoder)
+
+    def _undecodable(self, exc: ContentCodingError) -> RequestError:
+        message = f"The backend at {self._where()} sent an answer that cannot be decoded: {exc}."
+        return server_error(message, 502, "upstream_error")
+
+    async def _http_error(self, resp: Response) -> RequestError:
+        """A non-2xx answer; the forward proxy's own 407 is a 502 that names it."""
+        if resp.status == 407 and self._forward_proxy and self._proxy is not None:
+            where = self._proxy.where
+            message = (
+                f"The proxy at {where} refused the request to the backend at {self._where()}: "
+                "407 Proxy Authentication Required."
+            )
+            return server_error(message, 502, "upstream_unreachable")
+        try:
+            decoder = decoder_for(_content_encoding(resp))
+        except UnsupportedCoding as exc:  # the status matters more than the body's text
+            error = http_error(resp.status, b"", resp.headers)
+            error.message += f" (its body is in Content-Encoding {exc.coding!r}, not decoded)"
+            return error
+        return await _http_error(resp if decoder is None else DecodedResponse(resp, decoder))
+
     def _timed_out(self) -> RequestError:
         message = f"The backend did not answer within {self.idle_timeout:g} s."
         return server_error(message, 504, "upstream_timeout")
@@ -266,7 +315,7 @@ class ChatStream:
 
     def __init__(
         self,
-        response: Response | None,
+        response: Response | DecodedResponse | None,
         *,
         idle_timeout: float = 300,
         deltas: list[Delta] | None = None,
@@ -337,6 +386,11 @@ class ChatStream:
                 return self._fail(
                     [], "upstream_timeout", f"The backend sent nothing for {self.idle_timeout:g} s."
                 )
+            except ContentCodingError as exc:  # before HTTPClientError: it is one
+                if self._chat.finished:  # only the end of the compressed epilogue is lost
+                    self._abort()
+                    raise StopAsyncIteration from None
+                return self._fail([], INVALID_ENCODING, f"The backend's answer broke off: {exc}.")
             except (HTTPClientError, OSError) as exc:
                 if self._chat.finished:  # the answer was complete; only the epilogue is lost
                     self._abort()
@@ -448,7 +502,12 @@ class ChatStream:
         resp.release()  # kept if the whole body is in, else cut
 
 
-async def _http_error(resp: Response) -> RequestError:
+def _content_encoding(resp: Response) -> str | None:
+    values = resp.headers.getall("Content-Encoding", None)
+    return ",".join(values) if values else None
+
+
+async def _http_error(resp: Response | DecodedResponse) -> RequestError:
     """A backend's non-2xx answer, with its status, message, type, code and param kept."""
     if resp.status < 400:
         return http_error(resp.status, b"", resp.headers)

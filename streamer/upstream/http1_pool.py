@@ -21,8 +21,10 @@ from collections import OrderedDict
 from collections.abc import Callable, Iterable
 from urllib.parse import unquote, urlsplit
 
+from .connection_limit import ConnectionLimit
 from .http1 import READ_SIZE, Connection, Response
 from .http1_wire import ConnectError, ServerDisconnected
+from .proxy import Proxy, connect_to_proxy, open_tunnel
 
 STALE_AFTER = 1.0  # see ConnectionPool.request
 
@@ -41,6 +43,8 @@ class ConnectionPool:
         stale_after: float = STALE_AFTER,
         reuse: bool = True,
         read_buffer: memoryview | None = None,
+        proxy: Proxy | None = None,
+        limiter: ConnectionLimit | asyncio.Semaphore | None = None,
     ) -> None:
         parts = urlsplit(url)
         if parts.scheme not in ("http", "https") or not parts.hostname:
@@ -59,7 +63,15 @@ class ConnectionPool:
         self.keepalive = keepalive
         self.reuse = reuse  # False: one connection per request (`Connection: close`)
         self.stale_after = stale_after
-        self._limit = asyncio.Semaphore(limit) if limit > 0 else None
+        # the limit may be shared by several pools to the same origin (`limiter`)
+        if limiter is None and limit > 0:
+            limiter = asyncio.Semaphore(limit)
+        self._limit = limiter
+        # through a proxy: https is tunnelled (CONNECT), http asks the proxy in absolute form
+        self.proxy = proxy
+        forward = proxy is not None and not tls
+        self._target_prefix = f"http://{self.host_header}" if forward else ""
+        self._proxy_auth = proxy.authorization if forward and proxy is not None else None
         self._loop = asyncio.get_running_loop()
         # every connection reads into this one (see `Connection`): 32 KiB, not 32 KiB each;
         # pools on one event loop may share one for the same reason
@@ -88,8 +100,10 @@ class ConnectionPool:
         self, method: str, target: str, headers: Iterable[tuple[str, str]], length: int | None
     ) -> bytes:
         """A request head (blank line included): Host and Connection added, CR/LF refused."""
-        lines = [f"{method} {target} HTTP/1.1", f"Host: {self.host_header}"]
+        lines = [f"{method} {self._target_prefix}{target} HTTP/1.1", f"Host: {self.host_header}"]
         lines.append("Connection: keep-alive" if self.reuse else "Connection: close")
+        if self._proxy_auth:
+            lines.append(f"Proxy-Authorization: {self._proxy_auth}")
         for name, value in headers:
             if "\r" in name or "\n" in name or "\r" in value or "\n" in value or ":" in name:
                 raise ValueError(f"invalid header {name!r}")
@@ -184,15 +198,10 @@ class ConnectionPool:
         conn = Connection(self)
         try:
             async with asyncio.timeout(self.connect_timeout):
-                await self._loop.create_connection(
-                    lambda: conn,
-                    self.host,
-                    self.port,
-                    ssl=self.ssl,
-                    server_hostname=self.host if self.ssl else None,
-                )
+                await self._open(conn)
         except TimeoutError:
-            raise ConnectError(f"no connection within {self.connect_timeout:g} s") from None
+            via = f" (through the proxy at {self.proxy.where})" if self.proxy else ""
+            raise ConnectError(f"no connection within {self.connect_timeout:g} s{via}") from None
         except ConnectionRefusedError:
             raise ConnectError("connection refused") from None
         except OSError as exc:
@@ -203,6 +212,22 @@ class ConnectionPool:
         if conn.closed:
             raise ServerDisconnected("the server closed the connection at once")
         return conn
+
+    async def _open(self, conn: Connection) -> None:
+        """Connect `conn`: directly, to the proxy (http), or tunnelled through it (https)."""
+        proxy = self.proxy
+        if proxy is None:
+            await self._loop.create_connection(
+                lambda: conn,
+                self.host,
+                self.port,
+                ssl=self.ssl,
+                server_hostname=self.host if self.ssl else None,
+            )
+        elif self.ssl is None:
+            await connect_to_proxy(proxy, lambda: conn)
+        else:
+            await open_tunnel(proxy, self.host, self.port, conn, self.ssl)
 
     def release(self, conn: Connection) -> None:
         """Back to the pool if its response ended cleanly (unread bytes of it are dropped)."""
