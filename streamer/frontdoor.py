@@ -17,9 +17,10 @@ which asks the door at accept; `door_middleware` marks a request's start and end
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import resource
 from collections.abc import Awaitable, Callable, Hashable
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Generic, TypeVar, cast
 
 import orjson
@@ -55,6 +56,7 @@ class Admission:
 
     admitted: bool
     evicted: Hashable | None = None
+    evicted_partial: bool = False  # the evicted one had begun a head: it is told why
 
 
 @dataclass(slots=True)
@@ -88,16 +90,18 @@ class Door(Generic[K]):
     def accept(self, conn: K, now: float) -> Admission:
         """A new connection: admitted (perhaps evicting the longest waiter) or refused."""
         evicted: K | None = None
+        partial = False
         if self.open >= self.capacity:
             if not self._waiting:
                 self.stats.refused += 1
                 return Admission(False)
             evicted = next(iter(self._waiting))
+            partial = self.partial(evicted)
             self.close(evicted)
             self.stats.evicted += 1
         self._waiting[conn] = now
         self.stats.accepted += 1
-        return Admission(True, evicted)
+        return Admission(True, evicted, partial)
 
     def heard(self, conn: K) -> None:
         """Bytes arrived: if `conn` waits for a head, part of one is in."""
@@ -172,13 +176,19 @@ class FrontDoor:
         self._by_transport: dict[asyncio.BaseTransport, _Connection] = {}
         self._timer: asyncio.TimerHandle | None = None
 
+    def report(self) -> dict[str, int]:
+        """Open and waiting connections, the cap, and what the door did so far."""
+        door = self.door
+        counts = {"open": door.open, "waiting": door.waiting, "capacity": door.capacity}
+        return counts | asdict(door.stats)
+
     def _now(self) -> float:
         return asyncio.get_running_loop().time()
 
     def admit(self, conn: _Connection, transport: asyncio.BaseTransport) -> bool:
         decision = self.door.accept(conn, self._now())
         if isinstance(decision.evicted, _Connection):
-            decision.evicted.shut(EVICTED)
+            decision.evicted.shut(EVICTED, decision.evicted_partial)
         if decision.admitted:
             self._by_transport[transport] = conn
             self._arm()
@@ -208,7 +218,7 @@ class FrontDoor:
     def _expire(self) -> None:
         self._timer = None
         for conn in self.door.expired(self._now()):
-            conn.shut(HEAD_TIMEOUT)
+            conn.shut(HEAD_TIMEOUT, self.door.partial(conn))
         self._arm()
 
     def close(self) -> None:
@@ -235,13 +245,13 @@ class _Connection(asyncio.Protocol):
         self.inner = self.factory()
         self.inner.connection_made(transport)
 
-    def shut(self, message: str) -> None:
+    def shut(self, message: str, partial: bool) -> None:
         """Evicted or timed out: a 408 if a head had begun (an idle keep-alive connection
         gets nothing: a client could take it for its next request's answer), then close."""
         transport = self.transport
         if transport is None or transport.is_closing():
             return
-        if self.front.door.partial(self):
+        if partial:
             transport.write(timeout_reply(message))
         self.front.gone(self, transport)
         transport.close()
@@ -284,8 +294,10 @@ def door_middleware(front: FrontDoor) -> Callable[..., Awaitable[web.StreamRespo
         conn = front.begin(request.transport)
         try:
             response = await handler(request)
-            await response.prepare(request)
-            await response.write_eof()
+            # a client gone mid-write: aiohttp's own finish then ends it quietly, as before
+            with contextlib.suppress(ConnectionError):
+                await response.prepare(request)
+                await response.write_eof()
             return response
         finally:
             if conn is not None:

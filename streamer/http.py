@@ -12,6 +12,7 @@ from aiohttp import web
 
 from . import sse
 from .errors import RequestError, invalid
+from .frontdoor import FRONT_DOOR
 from .gateway import GATEWAY, Gateway
 from .observe import observed
 from .pipeline import collect
@@ -229,8 +230,12 @@ async def list_models(request: web.Request) -> web.Response:
 
 
 async def healthz(request: web.Request) -> web.Response:
-    """The process is up; with its turn and socket counters."""
-    return json_response({"status": "ok", "stats": request.app[GATEWAY].stats})
+    """The process is up; with its turn and socket counters, and the front door's."""
+    body: dict[str, Any] = {"status": "ok", "stats": request.app[GATEWAY].stats}
+    front = request.app.get(FRONT_DOOR)
+    if front is not None:
+        body["connections"] = front.report()
+    return json_response(body)
 
 
 def fresh(probed_at: float | None, now: float, seconds: float) -> bool:
