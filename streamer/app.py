@@ -245,14 +245,21 @@ async def _stop(app: web.Application) -> None:
         await runner.cleanup()
 
 
+def check_settings(settings: Settings) -> None:
+    """Refuse, before serving, settings the front door cannot work with (ValueError)."""
+    if settings.client_header_timeout <= 0 or settings.client_body_timeout <= 0:
+        raise ValueError("--client-header-timeout and --client-body-timeout must be > 0")
+    if settings.metrics_auth and not settings.client_keys():
+        raise ValueError("--metrics-auth needs client keys (--api-key or --api-key-file)")
+
+
 def create_app(settings: Settings) -> web.Application:
     from . import http, retrieval, websocket
 
+    check_settings(settings)
     front = FrontDoor(settings.max_client_connections, settings.client_header_timeout)
     middlewares: list = [door_middleware(front), observe_middleware, errors_middleware]
     keys = settings.client_keys()
-    if settings.metrics_auth and not keys:
-        raise ValueError("--metrics-auth needs client keys (--api-key or --api-key-file)")
     if keys:
         middlewares.append(auth_middleware(keys, metrics=settings.metrics_auth))
     limit = settings.max_header_bytes  # beyond it aiohttp answers 400 before any routing
