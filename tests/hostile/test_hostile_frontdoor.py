@@ -390,6 +390,7 @@ async def test_readyz_calls_share_a_cached_backend_probe() -> None:
 
             statuses = list(await asyncio.gather(*(ready() for _ in range(100))))
             statuses += [await ready() for _ in range(100)]
+        print(f"\n/readyz x200: {probes} backend probe(s) over {raw.connections} connection(s)")
         assert statuses == [200] * 200
         # one probe per --readyz-cache-seconds (2 s) at most: 200 calls well under 10 s
         assert probes <= 5 and raw.connections <= 5, (probes, raw.connections)
