@@ -196,13 +196,19 @@ def _slow_answer() -> list[Any]:
 
 
 async def test_streams_are_never_evicted_and_a_newcomer_is_refused_when_all_are_busy() -> None:
-    backend = ScriptedBackend(responder=lambda body: _slow_answer())
+    quick = [*text_chunks(["ok"]), finish("stop"), usage(1, 1), DONE]
+    backend = ScriptedBackend(
+        responder=lambda body: (
+            _slow_answer() if body["messages"][-1]["content"][0] == "s" else quick
+        )
+    )
     async with (
         GatewayHarness(backend=backend, max_client_connections=3) as gw,
         client_session() as session,
     ):
+        ws = await session.ws_connect(gw.ws_url)  # an idle WebSocket: busy all its life
         streams = []
-        for i in range(3):
+        for i in range(2):
             body = {**BODY, "input": f"s{i}", "stream": True}
             resp = await session.post(gw.url + "/responses", json=body)
             seen = b""
@@ -210,14 +216,18 @@ async def test_streams_are_never_evicted_and_a_newcomer_is_refused_when_all_are_
                 seen += await resp.content.readany()
             streams.append((resp, seen))
         async with asyncio.timeout(DEADLINE):
-            reader, writer = await asyncio.open_connection("127.0.0.1", port_of(gw))
-            writer.write(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
-            refused = await reader.read()
-            writer.close()
+            refused = await trickle(
+                port_of(gw), b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n", b"", 0
+            )
             for resp, seen in streams:  # each stream runs to its end, untouched
                 seen += await resp.read()
                 assert b"response.completed" in seen and b" there" in seen
                 resp.release()
+            await ws.send_bytes(orjson.dumps({"type": "response.create", **BODY}))
+            kinds = []
+            while "response.completed" not in kinds:  # the socket still serves turns
+                kinds.append(orjson.loads((await ws.receive()).data)["type"])
+            await ws.close()
         assert refused == b""
 
 
