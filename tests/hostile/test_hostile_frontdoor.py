@@ -330,9 +330,15 @@ async def _normal_client(url: str, count: int, until: float) -> tuple[int, int]:
 
 
 async def _door_report(url: str) -> Any:
-    """What the front door did, from /healthz (None: a gateway without one)."""
-    async with aiohttp.ClientSession() as http, http.get(url[:-3] + "/healthz") as resp:
-        return orjson.loads(await resp.read()).get("connections")
+    """What the front door did, from /healthz (None: a gateway without one, or dead)."""
+    with contextlib.suppress(aiohttp.ClientError, TimeoutError):
+        async with (
+            aiohttp.ClientSession() as http,
+            asyncio.timeout(5),
+            http.get(url[:-3] + "/healthz") as resp,
+        ):
+            return orjson.loads(await resp.read()).get("connections")
+    return None
 
 
 async def _siege(tmp: Path, nofile: int, attackers: int, normals: int, seconds: float) -> float:
