@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import gc
 import hmac
 import logging
@@ -18,6 +19,7 @@ from aiohttp import web
 from . import logs
 from .config import Settings
 from .errors import RequestError
+from .frontdoor import FRONT_DOOR, FrontDoor, GuardedSite, door_middleware
 from .gateway import GATEWAY, Gateway
 from .identity import CLIENT, client_identity
 from .logs import choose_request_id
@@ -140,13 +142,19 @@ async def errors_middleware(request: web.Request, handler: Handler) -> web.Strea
         )
 
 
-def auth_middleware(keys: frozenset[str]) -> Callable[..., Awaitable[web.StreamResponse]]:
-    """Require `Authorization: Bearer <key>` on /v1 routes, compared in constant time."""
+def auth_middleware(
+    keys: frozenset[str], *, metrics: bool = False
+) -> Callable[..., Awaitable[web.StreamResponse]]:
+    """Require `Authorization: Bearer <key>` on /v1 routes (and /metrics if `metrics`),
+    compared in constant time."""
     encoded = [(k.encode(), client_identity(k)) for k in keys]
+
+    def guarded(path: str) -> bool:
+        return path.startswith("/v1/") or (metrics and path == "/metrics")
 
     @web.middleware
     async def middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
-        if request.path.startswith("/v1/"):
+        if guarded(request.path):
             header = request.headers.get("Authorization", "")
             token = header[7:].strip().encode() if header[:7].lower() == "bearer " else b""
             ok, who = False, ""
@@ -277,13 +285,23 @@ async def _stop(app: web.Application) -> None:
         await runner.cleanup()
 
 
+def check_settings(settings: Settings) -> None:
+    """Refuse, before serving, settings the front door cannot work with (ValueError)."""
+    if settings.client_header_timeout <= 0 or settings.client_body_timeout <= 0:
+        raise ValueError("--client-header-timeout and --client-body-timeout must be > 0")
+    if settings.metrics_auth and not settings.client_keys():
+        raise ValueError("--metrics-auth needs client keys (--api-key or --api-key-file)")
+
+
 def create_app(settings: Settings) -> web.Application:
     from . import http, retrieval, websocket
 
-    middlewares: list = [observe_middleware, errors_middleware]
+    check_settings(settings)
+    front = FrontDoor(settings.max_client_connections, settings.client_header_timeout)
+    middlewares: list = [door_middleware(front), observe_middleware, errors_middleware]
     keys = settings.client_keys()
     if keys:
-        middlewares.append(auth_middleware(keys))
+        middlewares.append(auth_middleware(keys, metrics=settings.metrics_auth))
     limit = settings.max_header_bytes  # beyond it aiohttp answers 400 before any routing
     app = web.Application(
         middlewares=middlewares,
@@ -291,11 +309,13 @@ def create_app(settings: Settings) -> web.Application:
         handler_args={"max_line_size": limit, "max_field_size": limit},
     )
     app[SETTINGS] = settings
+    app[FRONT_DOOR] = front
     app.on_response_prepare.append(_add_request_id)
     app[SHUTDOWN] = _Shutdown()
     app.on_startup.append(_start)
     app.on_shutdown.append(_begin_shutdown)  # first: the deadline runs from here
     app.on_cleanup.append(_stop)
+    app.on_cleanup.append(_close_door)
     websocket.add_routes(app)  # GET /v1/responses (upgrade) before the HTTP routes
     http.add_routes(app)
     retrieval.add_routes(app)
@@ -303,11 +323,31 @@ def create_app(settings: Settings) -> web.Application:
     return app
 
 
+async def _close_door(app: web.Application) -> None:
+    app[FRONT_DOOR].close()
+
+
 async def _freeze_startup_objects(app: web.Application) -> None:
     """What startup made (modules, the app, the gateway) lives as long as the process:
     out of the collector's sight, each full collection is ~9 ms shorter."""
     gc.collect()
     gc.freeze()
+
+
+async def _run(app: web.Application, settings: Settings) -> None:
+    """Serve `app` behind the front door until SIGINT/SIGTERM (`web.GracefulExit`)."""
+    runner = web.AppRunner(
+        app,
+        handle_signals=True,
+        handler_cancellation=True,
+        shutdown_timeout=SHUTDOWN_BACKSTOP,  # the grace is spent in the on_shutdown drain
+    )
+    await runner.setup()
+    try:
+        await GuardedSite(runner, settings.host, settings.port).start()
+        await asyncio.Event().wait()  # until a signal raises GracefulExit
+    finally:
+        await runner.cleanup()
 
 
 def serve(settings: Settings) -> None:
@@ -324,12 +364,27 @@ def serve(settings: Settings) -> None:
     )
     app = create_app(settings)
     app.on_startup.append(_freeze_startup_objects)
-    web.run_app(
-        app,
-        host=settings.host,
-        port=settings.port,
-        print=None,
-        handler_cancellation=True,
-        shutdown_timeout=SHUTDOWN_BACKSTOP,  # the grace is spent in the on_shutdown drain
-        loop=uvloop.new_event_loop() if uvloop else None,
-    )
+    loop = uvloop.new_event_loop() if uvloop else asyncio.new_event_loop()
+    asyncio.set_event_loop(loop)
+    main = loop.create_task(_run(app, settings))
+    try:
+        loop.run_until_complete(main)
+    except (web.GracefulExit, KeyboardInterrupt):
+        pass
+    finally:
+        if not main.done():
+            main.cancel()
+            with contextlib.suppress(asyncio.CancelledError, web.GracefulExit):
+                loop.run_until_complete(main)
+        _cancel_rest(loop)
+        loop.run_until_complete(loop.shutdown_asyncgens())
+        loop.close()
+
+
+def _cancel_rest(loop: asyncio.AbstractEventLoop) -> None:
+    """What is left once the runner is cleaned up (as `web.run_app` does)."""
+    tasks = asyncio.all_tasks(loop)
+    for task in tasks:
+        task.cancel()
+    if tasks:
+        loop.run_until_complete(asyncio.gather(*tasks, return_exceptions=True))

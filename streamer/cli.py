@@ -26,11 +26,17 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
     if args.command == "serve":
-        from .app import serve
+        from .app import check_settings, serve
 
-        serve(settings_from(args))
+        settings = settings_from(args)
+        try:
+            check_settings(settings)
+        except ValueError as exc:
+            parser.error(str(exc))  # exits 2, with the usage line
+        serve(settings)
         return 0
     if args.command == "tap":
         from .tap.command import run_tap

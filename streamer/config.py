@@ -126,6 +126,43 @@ SETTINGS: tuple[Setting, ...] = (
         int,
     ),
     Setting(
+        "--client-header-timeout",
+        "client_header_timeout",
+        10.0,
+        "Seconds a client connection may take to send a request head, from its accept or "
+        "the end of its previous response (closed beyond; idle keep-alive ends here too).",
+        float,
+    ),
+    Setting(
+        "--client-body-timeout",
+        "client_body_timeout",
+        60.0,
+        "Seconds a client may take to send a whole request body (408 and closed beyond).",
+        float,
+    ),
+    Setting(
+        "--max-client-connections",
+        "max_client_connections",
+        0,
+        "Most open client connections; at the cap the one waiting longest for a request "
+        "head is evicted, else the newcomer refused (0: 3/4 of the open-file limit).",
+        int,
+    ),
+    Setting(
+        "--readyz-cache-seconds",
+        "readyz_cache_seconds",
+        2.0,
+        "Seconds /readyz keeps its backend and store probe (concurrent calls share one).",
+        float,
+    ),
+    Setting(
+        "--metrics-auth",
+        "metrics_auth",
+        False,
+        "/metrics requires a client API key, as /v1 routes do.",
+        _bool,
+    ),
+    Setting(
         "--max-header-bytes",
         "max_header_bytes",
         8190,
@@ -244,6 +281,11 @@ class Settings:
     max_tool_bytes: int = 2 * 1024 * 1024
     max_input_items: int = 10_000
     max_body_bytes: int = 32 * 1024 * 1024
+    client_header_timeout: float = 10.0
+    client_body_timeout: float = 60.0
+    max_client_connections: int = 0
+    readyz_cache_seconds: float = 2.0
+    metrics_auth: bool = False
     max_header_bytes: int = 8190
     replay_reasoning: bool = True
     idle_timeout: float = 300.0

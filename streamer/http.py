@@ -12,6 +12,7 @@ from aiohttp import web
 
 from . import sse
 from .errors import RequestError, invalid
+from .frontdoor import FRONT_DOOR
 from .gateway import GATEWAY, Gateway
 from .observe import observed
 from .pipeline import collect
@@ -105,8 +106,20 @@ async def read_json(request: web.Request) -> Any:
             status=415,
             code="unsupported_media_type",
         )
+    limit = request.app[GATEWAY].settings.client_body_timeout
     try:
-        raw = await request.read()
+        async with asyncio.timeout(limit):
+            raw = await request.read()
+    except TimeoutError:
+        # a body trickled in (slowloris): the connection is not worth keeping
+        request.content.feed_eof()
+        request.protocol.close()
+        raise RequestError(
+            f"The request body did not arrive within {limit:g} seconds.",
+            status=408,
+            code="request_timeout",
+            headers={"Connection": "close"},
+        ) from None
     except web.RequestPayloadError as exc:  # a body aiohttp could not decode (bad gzip, …)
         # The rest of this connection's bytes cannot be trusted: answer, then close it,
         # without aiohttp draining (and logging) the broken body once more.
@@ -217,18 +230,63 @@ async def list_models(request: web.Request) -> web.Response:
 
 
 async def healthz(request: web.Request) -> web.Response:
-    """The process is up; with its turn and socket counters."""
-    return json_response({"status": "ok", "stats": request.app[GATEWAY].stats})
+    """The process is up; with its turn and socket counters, and the front door's."""
+    body: dict[str, Any] = {"status": "ok", "stats": request.app[GATEWAY].stats}
+    front = request.app.get(FRONT_DOOR)
+    if front is not None:
+        body["connections"] = front.report()
+    return json_response(body)
+
+
+def fresh(probed_at: float | None, now: float, seconds: float) -> bool:
+    """Whether a probe made at `probed_at` may still answer at `now`."""
+    return probed_at is not None and now - probed_at < seconds
+
+
+class ReadyProbe:
+    """The readiness probe (backend `GET /models`, store ping) behind `/readyz`.
+
+    `/readyz` needs no key: without a cache, every call would be a backend request.
+    An answer is kept `--readyz-cache-seconds`; calls meanwhile share the probe in flight.
+    """
+
+    __slots__ = ("_at", "_result", "_task")
+
+    def __init__(self) -> None:
+        self._task: asyncio.Task[tuple[bool, bool]] | None = None
+        self._at: float | None = None
+        self._result = (False, False)
+
+    async def check(self, gateway: Gateway) -> tuple[bool, bool]:
+        """(backend, store) reachable, probed at most once per cache period."""
+        loop = asyncio.get_running_loop()
+        if fresh(self._at, loop.time(), gateway.settings.readyz_cache_seconds):
+            return self._result
+        if self._task is None:
+            self._task = asyncio.create_task(self._probe(gateway))
+        # shielded: a caller that goes away does not cancel the others' probe
+        return await asyncio.shield(self._task)
+
+    async def _probe(self, gateway: Gateway) -> tuple[bool, bool]:
+        try:
+            backend = await gateway.upstream.ping()
+            try:
+                store = await gateway.store.ping()
+            except Exception:
+                store = False
+            self._result = (backend, store)
+            self._at = asyncio.get_running_loop().time()
+            return self._result
+        finally:
+            self._task = None
+
+
+READY_PROBE = web.AppKey("ready_probe", ReadyProbe)
 
 
 async def readyz(request: web.Request) -> web.Response:
     """Ready when the backend answers and the store is reachable (503 otherwise)."""
-    gateway = request.app[GATEWAY]
-    backend = await gateway.upstream.ping()
-    try:
-        store = await gateway.store.ping()
-    except Exception:
-        store = False
+    backend, store = await request.app[READY_PROBE].check(request.app[GATEWAY])
     ready = backend and store
     return json_response(
         {"status": "ready" if ready else "not ready", "backend": backend, "store": store},
@@ -245,6 +303,7 @@ async def metrics(request: web.Request) -> web.Response:
 
 def add_routes(app: web.Application) -> None:
     app[IN_FLIGHT] = InFlight()
+    app[READY_PROBE] = ReadyProbe()
     app.router.add_post("/v1/responses", create_response)
     app.router.add_get("/v1/models", list_models)
     app.router.add_get("/healthz", healthz)

@@ -10,6 +10,7 @@ from scripted_backend import ScriptedBackend
 
 from streamer.app import create_app
 from streamer.config import Settings
+from streamer.frontdoor import GuardedSite
 from streamer.gateway import GATEWAY, Gateway
 
 
@@ -34,10 +35,9 @@ class GatewayHarness:
         self.settings = settings
         self.runner = web.AppRunner(create_app(settings), handler_cancellation=True)
         await self.runner.setup()
-        site = web.TCPSite(self.runner, "127.0.0.1", 0)
+        site = GuardedSite(self.runner, "127.0.0.1", 0)  # the front door `serve` has
         await site.start()
-        port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-        self.url = f"http://127.0.0.1:{port}/v1"
+        self.url = f"http://127.0.0.1:{site.port}/v1"
         return self
 
     @property

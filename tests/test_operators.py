@@ -273,7 +273,8 @@ async def test_store_errors_are_counted_and_readyz_says_the_store_is_down() -> N
 
 
 async def test_healthz_and_readyz() -> None:
-    async with GatewayHarness() as gw, aiohttp.ClientSession() as http:
+    # no cache: the backend's going away shows at once
+    async with GatewayHarness(readyz_cache_seconds=0) as gw, aiohttp.ClientSession() as http:
         root = gw.url.removesuffix("/v1")
         async with http.get(root + "/healthz") as resp:
             assert resp.status == 200
