@@ -171,6 +171,7 @@ async def _start(app: web.Application) -> None:
     from .redact import RedactingUpstream
     from .store import open_store
     from .store.observed import observe_store
+    from .upstream.body_budget import ByteBudget
     from .upstream.chat import ChatUpstream
 
     settings = app[SETTINGS]
@@ -184,6 +185,8 @@ async def _start(app: web.Application) -> None:
     chat = ChatUpstream(
         base_url, api_key=settings.upstream_api_key, idle_timeout=settings.idle_timeout
     )
+    chat.max_json_body = 4 * settings.max_output_bytes  # see JSON_BODY_LIMIT
+    chat.json_budget = ByteBudget(settings.max_backend_json_bytes)
     # whatever the backend says back is scrubbed of every key this gateway knows
     upstream = RedactingUpstream(chat, (settings.upstream_api_key, *settings.client_keys()))
     store = open_store(settings.store, ttl_seconds=settings.store_ttl)

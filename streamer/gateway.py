@@ -41,6 +41,9 @@ def turn_options(settings: Settings) -> TurnOptions:
         ),
         lowering=LoweringOptions(model=settings.model, replay_reasoning=settings.replay_reasoning),
         max_input_items=settings.max_input_items,
+        max_output_bytes=settings.max_output_bytes,
+        max_output_items=settings.max_output_items,
+        max_turn_seconds=settings.max_turn_seconds,
     )
 
 

@@ -4,10 +4,15 @@
 the request for the backend and builds the `OutputItemStreamer`. `stream_events` runs
 the turn against an upstream and yields batches of encoded events; `collect` is the
 same run for non-streaming requests. Every frontend goes through these three.
+
+The turn owns what a backend may make it hold: the streamer counts output characters
+and items (`OutputLimits`) and `stream_events` acts on them, and on the turn's deadline
+(`TurnClock`), ending the turn and cutting the backend at once.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
@@ -19,6 +24,7 @@ from .errors import RequestError, invalid
 from .events import Event
 from .lowering import LoweringOptions, lower, normalize_input
 from .output import OutputItemStreamer
+from .output_items import OutputLimits
 from .response import new_response
 from .tools import NamingConfig, ResponsesToolNames
 
@@ -59,6 +65,9 @@ class TurnOptions:
     naming: NamingConfig = field(default_factory=NamingConfig)
     lowering: LoweringOptions = field(default_factory=LoweringOptions)
     max_input_items: int = 10_000
+    max_output_bytes: int = 16 * 1024 * 1024  # see OutputLimits
+    max_output_items: int = 2048
+    max_turn_seconds: float = 3600.0
 
 
 @dataclass(slots=True)
@@ -72,6 +81,7 @@ class Turn:
     streamer: OutputItemStreamer
     headers: dict[str, str] = field(default_factory=dict)
     client: str = ""  # who asked (streamer.identity): pools and stored responses are per client
+    max_seconds: float = 3600.0  # the turn's deadline, from its start (TurnOptions)
 
     @property
     def response(self) -> dict[str, Any]:
@@ -239,7 +249,98 @@ def prepare(
     names = ResponsesToolNames.convert(request.get("tools"), items, config=options.naming)
     chat_request = lower(request, items, names, options.lowering)
     response = new_response(request, response_id=response_id)
-    return Turn(request, items, names, chat_request, OutputItemStreamer(names, response))
+    limits = OutputLimits(options.max_output_bytes, options.max_output_items)
+    streamer = OutputItemStreamer(names, response, limits=limits)
+    return Turn(request, items, names, chat_request, streamer, max_seconds=options.max_turn_seconds)
+
+
+class TurnTimeout(Exception):
+    """The turn ran past `--max-turn-seconds`."""
+
+
+class TurnClock:
+    """One timer for the whole turn (not one per read: reads are the per-token path).
+
+    At the deadline it cancels the turn's task if that task is waiting on the backend
+    (`waiting`); otherwise the next wait sees `expired` and does not start.
+    """
+
+    __slots__ = ("_cancelling", "_fired", "_handle", "_task", "expired", "seconds")
+
+    def __init__(self, seconds: float) -> None:
+        self.seconds = seconds
+        self.expired = False
+        self._fired = False  # it cancelled the task
+        self._task: asyncio.Task[Any] | None = None
+        self._cancelling = 0
+        self._handle = asyncio.get_running_loop().call_later(seconds, self._expire)
+
+    def _expire(self) -> None:
+        self.expired = True
+        if self._task is not None:
+            self._fired = True
+            self._task.cancel()
+
+    def enter(self) -> None:
+        """A wait on the backend starts (raises TurnTimeout if the deadline is past)."""
+        if self.expired:
+            raise TurnTimeout
+        self._task = task = asyncio.current_task()
+        if task is not None:
+            self._cancelling = task.cancelling()
+
+    def leave(self, error: BaseException | None) -> None:
+        """The wait ended; a cancellation that was the deadline's becomes TurnTimeout."""
+        task, self._task = self._task, None
+        if self._fired and task is not None and isinstance(error, asyncio.CancelledError):
+            self._fired = False
+            if task.uncancel() <= self._cancelling:
+                raise TurnTimeout from None
+
+    def close(self) -> None:
+        self._handle.cancel()
+
+
+async def _open(turn: Turn, upstream: Upstream, clock: TurnClock, on_raw: Any) -> UpstreamStream:
+    """Open the backend request within the turn's deadline (504 past it)."""
+    clock.enter()
+    try:
+        if on_raw is None:
+            stream = await upstream.open(turn.chat_request, headers=turn.headers or None)
+        else:  # record the backend's bytes as they come (`--tap-dir`)
+            stream = await upstream.open(
+                turn.chat_request, headers=turn.headers or None, on_raw=on_raw
+            )
+    except BaseException as exc:
+        try:
+            clock.leave(exc)
+        except TurnTimeout:
+            raise _timeout_error(turn, clock) from None
+        raise
+    clock.leave(None)
+    return stream
+
+
+def _timed_out(turn: Turn, clock: TurnClock) -> str:
+    """The log line and the message for a turn past its deadline."""
+    log.warning("turn %s: past --max-turn-seconds (%g s)", turn.response["id"], clock.seconds)
+    return f"The response took longer than the gateway allows ({clock.seconds:g} s)."
+
+
+def _timeout_error(turn: Turn, clock: TurnClock) -> RequestError:
+    message = _timed_out(turn, clock)
+    return RequestError(message, status=504, type="server_error", code="turn_timeout")
+
+
+def _limit_hit(turn: Turn) -> list[Event]:
+    """The backend's answer went past an output limit: end `incomplete`, say which in the log."""
+    streamer = turn.streamer
+    log.warning(
+        "turn %s: the backend's answer went past --%s; ended incomplete",
+        turn.response["id"],
+        (streamer.exceeded or "").replace("_", "-"),
+    )
+    return streamer.cut()
 
 
 async def stream_events(
@@ -252,31 +353,43 @@ async def stream_events(
     Closing this generator (the client went away) closes the backend request at once.
     """
     streamer = turn.streamer
-    if on_raw is None:
-        stream = await upstream.open(turn.chat_request, headers=turn.headers or None)
-    else:  # record the backend's bytes as they come (`--tap-dir`)
-        stream = await upstream.open(turn.chat_request, headers=turn.headers or None, on_raw=on_raw)
+    clock = TurnClock(turn.max_seconds)
+    try:
+        stream = await _open(turn, upstream, clock, on_raw)
+    except BaseException:
+        clock.close()
+        raise
     unsent = streamer.start()  # events made but not yet yielded: a failure sends them first
     try:
-        deltas_of = aiter(stream)
+        next_batch = aiter(stream).__anext__
         if stream.ready:  # the first deltas are there already: they leave with `created`
             with contextlib.suppress(StopAsyncIteration):
-                unsent += streamer.feed(await anext(deltas_of))
-            if stream.exhausted:
-                unsent += streamer.finish()
+                unsent += streamer.feed(await _next(next_batch, clock))
+            unsent += _settle(turn, stream)
         first, unsent = unsent, []
         yield first
         if streamer.done:
             return
-        async for deltas in deltas_of:
+        while True:
+            clock.enter()
+            try:
+                deltas = await next_batch()
+            except BaseException as exc:
+                clock.leave(exc)
+                if exc.__class__ is StopAsyncIteration:
+                    break
+                raise
+            clock.leave(None)
             events = streamer.feed(deltas)
-            if stream.exhausted:  # the end is in: the terminal event leaves in this write
-                events += streamer.finish()
+            if streamer.exceeded or stream.exhausted:  # the terminal event leaves in this write
+                events += _settle(turn, stream)
             if events:
                 yield events
             if streamer.done:
                 return
-        yield streamer.finish()
+        yield _settle(turn, stream) or streamer.finish()
+    except TurnTimeout:
+        yield unsent + streamer.fail("turn_timeout", _timed_out(turn, clock))
     except RequestError as exc:
         yield unsent + streamer.fail(exc.code or "server_error", exc.message)
     except Exception:
@@ -286,7 +399,29 @@ async def stream_events(
             "server_error", "The gateway failed while streaming the response."
         )
     finally:
-        await stream.aclose()
+        clock.close()
+        await stream.aclose()  # cuts the backend unless its answer was read whole
+
+
+async def _next(next_batch: Callable[[], Any], clock: TurnClock) -> list[Delta]:
+    """One batch of deltas within the turn's deadline."""
+    clock.enter()
+    try:
+        deltas: list[Delta] = await next_batch()
+    except BaseException as exc:
+        clock.leave(exc)
+        raise
+    clock.leave(None)
+    return deltas
+
+
+def _settle(turn: Turn, stream: UpstreamStream) -> list[Event]:
+    """The terminal events once the streamer is past a limit or the backend is done."""
+    if turn.streamer.exceeded:
+        return _limit_hit(turn)
+    if stream.exhausted:
+        return turn.streamer.finish()
+    return []
 
 
 async def collect(events: AsyncIterator[list[Event]], turn: Turn) -> dict[str, Any]:
