@@ -90,8 +90,8 @@ SETTINGS: tuple[Setting, ...] = (
         "--max-output-bytes",
         "max_output_bytes",
         16 * 1024 * 1024,
-        "Largest answer a backend may produce in one turn: text, reasoning and tool-call "
-        "arguments, in characters (bytes for ASCII); beyond, the turn ends incomplete.",
+        "Largest answer a backend may produce in one turn (text, reasoning, tool calls), "
+        "in characters (bytes for ASCII); beyond, the turn ends incomplete.",
         int,
     ),
     Setting(

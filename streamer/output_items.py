@@ -38,7 +38,7 @@ LIMIT_REASON = "max_output_tokens"
 class OutputLimits:
     """What one backend answer may make a turn hold: characters of output, output items.
 
-    Characters are counted as decoded (text, reasoning, refusal, tool names and
+    Characters are counted as decoded (text, reasoning, refusal, tool call ids, names and
     arguments): what the gateway keeps in memory, and the size of the answer for ASCII.
     """
 
