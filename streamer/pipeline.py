@@ -261,41 +261,39 @@ class TurnTimeout(Exception):
 class TurnClock:
     """One timer for the whole turn (not one per read: reads are the per-token path).
 
-    At the deadline it cancels the turn's task if that task is waiting on the backend
-    (`waiting`); otherwise the next wait sees `expired` and does not start.
+    The turn sets `waiting` around each wait on the backend. At the deadline the clock
+    cancels the turn's task if it is waiting (so the backend is cut at once), else it
+    only sets `expired`, which the next wait checks; a write to a slow client is never
+    interrupted. `timed_out` tells the deadline's cancellation from anybody else's.
     """
 
-    __slots__ = ("_cancelling", "_fired", "_handle", "_task", "expired", "seconds")
+    __slots__ = ("_fired", "_handle", "_task", "expired", "seconds", "waiting")
 
     def __init__(self, seconds: float) -> None:
         self.seconds = seconds
         self.expired = False
+        self.waiting = False
         self._fired = False  # it cancelled the task
-        self._task: asyncio.Task[Any] | None = None
-        self._cancelling = 0
+        self._task = asyncio.current_task()
         self._handle = asyncio.get_running_loop().call_later(seconds, self._expire)
 
     def _expire(self) -> None:
         self.expired = True
-        if self._task is not None:
+        task = self._task
+        # a task being cancelled already is left to that cancellation
+        if self.waiting and task is not None and not task.cancelling():
             self._fired = True
-            self._task.cancel()
+            task.cancel()
 
-    def enter(self) -> None:
-        """A wait on the backend starts (raises TurnTimeout if the deadline is past)."""
-        if self.expired:
-            raise TurnTimeout
-        self._task = task = asyncio.current_task()
-        if task is not None:
-            self._cancelling = task.cancelling()
-
-    def leave(self, error: BaseException | None) -> None:
-        """The wait ended; a cancellation that was the deadline's becomes TurnTimeout."""
-        task, self._task = self._task, None
-        if self._fired and task is not None and isinstance(error, asyncio.CancelledError):
+    def timed_out(self, error: BaseException | None) -> bool:
+        """Whether the wait that ended (with `error`, or none) ran into the deadline; the
+        deadline's own cancellation is taken back, anybody else's is left to propagate."""
+        self.waiting = False
+        if self._fired:
             self._fired = False
-            if task.uncancel() <= self._cancelling:
-                raise TurnTimeout from None
+            uncancelled = self._task is not None and self._task.uncancel() == 0
+            return uncancelled or not isinstance(error, asyncio.CancelledError)
+        return self.expired and not isinstance(error, asyncio.CancelledError)
 
     def close(self) -> None:
         self._handle.cancel()
@@ -303,7 +301,7 @@ class TurnClock:
 
 async def _open(turn: Turn, upstream: Upstream, clock: TurnClock, on_raw: Any) -> UpstreamStream:
     """Open the backend request within the turn's deadline (504 past it)."""
-    clock.enter()
+    clock.waiting = True
     try:
         if on_raw is None:
             stream = await upstream.open(turn.chat_request, headers=turn.headers or None)
@@ -312,12 +310,12 @@ async def _open(turn: Turn, upstream: Upstream, clock: TurnClock, on_raw: Any) -
                 turn.chat_request, headers=turn.headers or None, on_raw=on_raw
             )
     except BaseException as exc:
-        try:
-            clock.leave(exc)
-        except TurnTimeout:
+        if clock.timed_out(exc):
             raise _timeout_error(turn, clock) from None
         raise
-    clock.leave(None)
+    if clock.timed_out(None):  # it answered, but too late: let go of it
+        await stream.aclose()
+        raise _timeout_error(turn, clock)
     return stream
 
 
@@ -371,15 +369,19 @@ async def stream_events(
         if streamer.done:
             return
         while True:
-            clock.enter()
+            if clock.expired:
+                raise TurnTimeout
+            clock.waiting = True
             try:
                 deltas = await next_batch()
+            except StopAsyncIteration:
+                clock.waiting = False
+                break
             except BaseException as exc:
-                clock.leave(exc)
-                if exc.__class__ is StopAsyncIteration:
-                    break
+                if clock.timed_out(exc):
+                    raise TurnTimeout from None
                 raise
-            clock.leave(None)
+            clock.waiting = False
             events = streamer.feed(deltas)
             if streamer.exceeded or stream.exhausted:  # the terminal event leaves in this write
                 events += _settle(turn, stream)
@@ -405,13 +407,15 @@ async def stream_events(
 
 async def _next(next_batch: Callable[[], Any], clock: TurnClock) -> list[Delta]:
     """One batch of deltas within the turn's deadline."""
-    clock.enter()
+    clock.waiting = True
     try:
         deltas: list[Delta] = await next_batch()
     except BaseException as exc:
-        clock.leave(exc)
+        if clock.timed_out(exc):
+            raise TurnTimeout from None
         raise
-    clock.leave(None)
+    if clock.timed_out(None):
+        raise TurnTimeout
     return deltas
 
 

@@ -10,6 +10,7 @@ import asyncio
 import gc
 import tracemalloc
 from collections.abc import AsyncIterator
+from dataclasses import replace
 from typing import Any
 
 import orjson
@@ -17,8 +18,10 @@ import pytest
 from sdk_models import validate_event, validate_response
 from test_faults import _sdk_view
 
+from streamer.config import Settings
 from streamer.deltas import Delta, Finish, ReasoningDelta, TextDelta, ToolCallDelta
 from streamer.events import Event
+from streamer.gateway import turn_options
 from streamer.output import OutputItemStreamer
 from streamer.output_items import OutputLimits
 from streamer.pipeline import TurnOptions, prepare, stream_events
@@ -104,6 +107,7 @@ def test_a_name_that_never_stops_growing_is_counted() -> None:
 def test_within_the_limits_nothing_changes() -> None:
     batches: list[list[Delta]] = [[TextDelta("hello")], [TextDelta(" world")], [Finish("stop")]]
     limited, free = streamer(max_chars=11, max_items=1), streamer()
+
     def view(events: list[Event]) -> list[tuple[str, Any]]:
         return [(e.type, orjson.loads(e.data).get("delta")) for e in events]
 
@@ -252,3 +256,12 @@ async def test_a_cancellation_from_outside_stays_a_cancellation() -> None:
         await task
     assert turn.response["status"] == "in_progress"  # nobody called it a timeout
     assert stream.closed
+
+
+@pytest.mark.parametrize(
+    "field", ["max_output_bytes", "max_output_items", "max_turn_seconds", "max_backend_json_bytes"]
+)
+def test_a_limit_of_zero_is_refused_at_startup(field: str) -> None:
+    with pytest.raises(ValueError, match="must be positive"):
+        turn_options(replace(Settings(), **{field: 0}))
+    assert turn_options(Settings()).max_output_items == 2048
