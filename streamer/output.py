@@ -130,48 +130,37 @@ class OutputItemStreamer:
         # of the call streaming live. Everything else goes to its handler.
         for delta in deltas:
             cls = delta.__class__
+            prefix = None
             if cls is TextDelta:
                 hot = self._hot
                 piece = delta.text  # type: ignore[union-attr]
                 if (
-                    hot is None
-                    or hot.kind != "output_text"
-                    or not piece
-                    or (n := len(piece)) > left
+                    hot is not None
+                    and hot.kind == "output_text"
+                    and piece
+                    and (n := len(piece)) <= left
                 ):
-                    self._left = left
-                    self._on_text(delta)  # type: ignore[arg-type]
-                    left = self._left
-                    if self.exceeded:
-                        break
-                    continue
-                left -= n
-                hot.text.pieces.append(piece)  # settled once per batch, below
-                prefix, event_type = hot.delta_prefix, "response.output_text.delta"
+                    left -= n
+                    hot.text.pieces.append(piece)  # settled once per batch, below
+                    prefix, event_type = hot.delta_prefix, "response.output_text.delta"
             elif cls is ToolCallDelta:
                 live = self._live
                 piece = delta.arguments  # type: ignore[union-attr]
                 if (
-                    live is None
-                    or live.index != delta.index  # type: ignore[union-attr]
-                    or not piece
-                    or delta.id is not None  # type: ignore[union-attr]
-                    or delta.name is not None  # type: ignore[union-attr]
-                    or (n := len(piece)) > left
+                    live is not None
+                    and live.index == delta.index  # type: ignore[union-attr]
+                    and piece
+                    and delta.id is None  # type: ignore[union-attr]
+                    and delta.name is None  # type: ignore[union-attr]
+                    and (n := len(piece)) <= left
                 ):
-                    self._left = left
-                    self._on_tool_call(delta)  # type: ignore[arg-type]
-                    left = self._left
-                    if self.exceeded:
-                        break
-                    continue
-                left -= n
-                live.args.append(piece)
-                prefix, event_type = live.delta_prefix, "response.function_call_arguments.delta"
+                    left -= n
+                    live.args.append(piece)
+                    prefix, event_type = live.delta_prefix, "response.function_call_arguments.delta"
             elif cls is UpstreamError:
                 self._left = left
                 return self.fail(delta.code, delta.message)  # type: ignore[union-attr]
-            else:
+            if prefix is None:  # not a per-token case: the handler (it counts in `_left`)
                 self._left = left
                 handlers[cls](delta)
                 left = self._left

@@ -390,16 +390,8 @@ async def stream_events(
             if streamer.done:
                 return
         yield _settle(turn, stream) or streamer.finish()
-    except TurnTimeout:
-        yield unsent + streamer.fail("turn_timeout", _timed_out(turn, clock))
-    except RequestError as exc:
-        yield unsent + streamer.fail(exc.code or "server_error", exc.message)
-    except Exception:
-        # A bug must still end the stream well-formed, never as a torn connection.
-        log.exception("turn %s failed", turn.response["id"])
-        yield unsent + streamer.fail(
-            "server_error", "The gateway failed while streaming the response."
-        )
+    except Exception as exc:
+        yield unsent + _failed(turn, exc, clock)
     finally:
         clock.close()
         await stream.aclose()  # cuts the backend unless its answer was read whole
@@ -417,6 +409,18 @@ async def _next(next_batch: Callable[[], Any], clock: TurnClock) -> list[Delta]:
     if clock.timed_out(None):
         raise TurnTimeout
     return deltas
+
+
+def _failed(turn: Turn, exc: Exception, clock: TurnClock) -> list[Event]:
+    """The turn's end when its run raised: past the deadline, refused, or a bug."""
+    streamer = turn.streamer
+    if isinstance(exc, TurnTimeout):
+        return streamer.fail("turn_timeout", _timed_out(turn, clock))
+    if isinstance(exc, RequestError):
+        return streamer.fail(exc.code or "server_error", exc.message)
+    # A bug must still end the stream well-formed, never as a torn connection.
+    log.error("turn %s failed", turn.response["id"], exc_info=exc)
+    return streamer.fail("server_error", "The gateway failed while streaming the response.")
 
 
 def _settle(turn: Turn, stream: UpstreamStream) -> list[Event]:
