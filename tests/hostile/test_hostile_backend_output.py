@@ -158,21 +158,24 @@ async def test_endless_backend_ends_incomplete_at_the_output_limit(
 
 
 @pytest.mark.slow
-async def test_endless_backend_at_the_default_limit(tmp_path: Path) -> None:
+@pytest.mark.parametrize("client", ["sse", "json"])
+async def test_endless_backend_at_the_default_limit(tmp_path: Path, client: str) -> None:
     """The same attack at the default 16 MiB: the figure for the report."""
     cut = asyncio.Event()
     async with (
         RawBackend(endless(cut, text_event("x" * 2000))) as backend,
         gateway_process(tmp_path / "gw.log", "--upstream", backend.url) as gateway,
     ):
-        events = await under_ceiling(
-            gateway, 600 * MiB, sse_events(gateway.url, {"model": "m", "input": "go"})
-        )
+        body = {"model": "m", "input": "go"}
+        if client == "sse":
+            events = await under_ceiling(gateway, 600 * MiB, sse_events(gateway.url, body))
+            response = check_events(events, validate=False)
+        else:
+            _, response = await under_ceiling(gateway, 600 * MiB, json_answer(gateway.url, body))
         peak = hwm(gateway)
-    response = check_events(events, validate=False)
     assert response["status"] == "incomplete"
     assert len(output_text(response)) == 16 * MiB
-    print(f"\nendless backend (SSE client, default 16 MiB): peak RSS {peak / MiB:.0f} MiB")
+    print(f"\nendless backend ({client} client, default 16 MiB): peak RSS {peak / MiB:.0f} MiB")
 
 
 # -- the turn's deadline -----------------------------------------------------------------
