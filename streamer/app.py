@@ -183,7 +183,11 @@ async def _start(app: web.Application) -> None:
         app[SCRIPTED_RUNNER] = runner
         log.warning("no --upstream: serving the embedded scripted model at %s", base_url)
     chat = ChatUpstream(
-        base_url, api_key=settings.upstream_api_key, idle_timeout=settings.idle_timeout
+        base_url,
+        api_key=settings.upstream_api_key,
+        idle_timeout=settings.idle_timeout,
+        keepalive=settings.upstream_keepalive,
+        client_pools=settings.upstream_client_pools,
     )
     chat.max_json_body = 4 * settings.max_output_bytes  # see JSON_BODY_LIMIT
     chat.json_budget = ByteBudget(settings.max_backend_json_bytes)

@@ -49,6 +49,22 @@ SETTINGS: tuple[Setting, ...] = (
         "Send the client's Authorization header to the backend instead.",
         _bool,
     ),
+    Setting(
+        "--upstream-keepalive",
+        "upstream_keepalive",
+        True,
+        "Reuse backend connections, each only for the client (key) it was opened for; "
+        "off: a new connection per request (`Connection: close`).",
+        _bool,
+    ),
+    Setting(
+        "--upstream-client-pools",
+        "upstream_client_pools",
+        256,
+        "Most clients (keys, forwarded Authorization values) with backend connections "
+        "kept at once; the least recently used are let go beyond.",
+        int,
+    ),
     Setting("--api-key", "api_keys", (), "Key clients must present (repeatable).", str, True),
     Setting("--api-key-file", "api_key_file", None, "File with one client key per line."),
     Setting(
@@ -177,6 +193,8 @@ class Settings:
     port: int = 8080
     upstream_api_key: str | None = None
     forward_authorization: bool = False
+    upstream_keepalive: bool = True
+    upstream_client_pools: int = 256
     api_keys: tuple[str, ...] = ()
     api_key_file: str | None = None
     model: str | None = None

@@ -55,6 +55,7 @@ class Upstream(Protocol):
         *,
         headers: dict[str, str] | None = None,
         on_raw: Callable[[bytes], None] | None = None,
+        client: str = "",
     ) -> UpstreamStream: ...
 
 
@@ -301,13 +302,14 @@ class TurnClock:
 
 async def _open(turn: Turn, upstream: Upstream, clock: TurnClock, on_raw: Any) -> UpstreamStream:
     """Open the backend request within the turn's deadline (504 past it)."""
+    headers = turn.headers or None
     clock.waiting = True
     try:
-        if on_raw is None:
-            stream = await upstream.open(turn.chat_request, headers=turn.headers or None)
+        if on_raw is None:  # the client picks the backend connections: only its own use them
+            stream = await upstream.open(turn.chat_request, headers=headers, client=turn.client)
         else:  # record the backend's bytes as they come (`--tap-dir`)
             stream = await upstream.open(
-                turn.chat_request, headers=turn.headers or None, on_raw=on_raw
+                turn.chat_request, headers=headers, on_raw=on_raw, client=turn.client
             )
     except BaseException as exc:
         if clock.timed_out(exc):

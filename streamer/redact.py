@@ -80,6 +80,7 @@ class RedactingUpstream:
         *,
         headers: dict[str, str] | None = None,
         on_raw: Callable[[bytes], None] | None = None,
+        client: str = "",
     ) -> Any:
         secrets = self.secrets
         token = bearer_token(headers)
@@ -91,7 +92,7 @@ class RedactingUpstream:
             def on_raw(data: bytes) -> None:
                 record(scrub_bytes(data, secrets))
 
-        kwargs: dict[str, Any] = {"headers": headers}
+        kwargs: dict[str, Any] = {"headers": headers, "client": client}
         if on_raw is not None:
             kwargs["on_raw"] = on_raw
         try:

@@ -244,8 +244,8 @@ def upstream_connections(gw: GatewayHarness) -> tuple[int, int]:
     """The gateway's connections to the backend: (in use, idle in the keep-alive pool)."""
     upstream = gw.gateway.upstream
     upstream = getattr(upstream, "inner", upstream)  # under the redacting wrapper
-    pool = getattr(upstream, "_pool", None)
-    if pool is not None:  # the http1 pool
+    pool = getattr(upstream, "_pools", None)
+    if pool is not None:  # the http1 pools, one per client
         return pool.in_use_count, pool.idle_count
     session = getattr(upstream, "_session", None)  # an aiohttp session
     if session is None or session.closed:

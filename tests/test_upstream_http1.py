@@ -19,8 +19,8 @@ from hypothesis import strategies as st
 from streamer.deltas import Finish, TextDelta
 from streamer.errors import RequestError
 from streamer.upstream.chat import ChatUpstream
-from streamer.upstream.http1 import HIGH_WATER
-from streamer.upstream.http1_pool import ConnectionPool
+from streamer.upstream.http1 import HIGH_WATER, Response
+from streamer.upstream.http1_pool import ClientPools, ConnectionPool
 from streamer.upstream.http1_wire import (
     ChunkedDecoder,
     ConnectError,
@@ -698,3 +698,123 @@ async def test_chat_stream_over_a_content_length_body_and_garbage_as_502() -> No
         assert "invalid HTTP" in info.value.message
     finally:
         await up.close()
+
+
+# -- pools per client ------------------------------------------------------------------------
+
+
+async def use(pool: ConnectionPool, *, release: bool = True) -> Response:
+    resp = await pool.request(post(pool), 5)
+    assert await read_body(resp) == b"hello"
+    if release:
+        resp.release()
+    return resp
+
+
+async def test_client_pools_keep_clients_apart_and_stay_bounded() -> None:
+    server = await serve(answering(OK_CL, OK_CL, OK_CL))
+    pools = ClientPools(lambda: ConnectionPool(server.url), max_pools=2)
+    try:
+        a = pools.get("a")
+        await use(a)
+        b = pools.get("b")
+        assert a is not b and pools.get("a") is a and len(pools) == 2
+        await use(b)
+        assert server.connections == 2  # one connection per client, never shared
+        assert pools.idle_count == 2 and pools.in_use_count == 0
+        assert pools.get("a") is a
+        c = pools.get("c")  # at the cap: the least recently used ("b": "a" was asked last) goes
+        assert "b" not in pools and "a" in pools and len(pools) == 2
+        await asyncio.wait_for(server.gone[1].wait(), 5)  # b's idle connection was closed
+        await use(pools.get("a"))
+        assert server.connections == 2  # "a" still had its own
+        pools.get("d")  # "c" is empty: dropped first, before any pool in use
+        assert "c" not in pools and "a" in pools and c.empty
+    finally:
+        await pools.close()
+
+
+async def test_a_retired_pool_lets_its_requests_finish_and_keeps_nothing() -> None:
+    server = await serve(answering(OK_CL, OK_CL))
+    pools = ClientPools(lambda: ConnectionPool(server.url), max_pools=1)
+    try:
+        resp = await use(pools.get("a"), release=False)
+        assert resp.complete
+        pools.get("b")  # "a" is retired while its response is still held
+        assert "a" not in pools
+        resp.release()  # whole and clean, but its pool keeps nothing more: cut
+        await asyncio.wait_for(server.gone[0].wait(), 5)
+        assert pools.idle_count == 0
+    finally:
+        await pools.close()
+
+
+async def test_pool_without_reuse_closes_every_connection() -> None:
+    server = await serve(answering(OK_CL, OK_CL))
+    pool = ConnectionPool(server.url, reuse=False)
+    try:
+        for _ in range(3):
+            await use(pool)
+            assert pool.idle_count == 0
+        assert server.connections == 3
+        assert all(b"\r\nConnection: close\r\n" in head for head in server.heads)
+    finally:
+        await pool.close()
+
+
+async def test_chat_upstream_pools_per_client() -> None:
+    events = (
+        b'data: {"choices":[{"index":0,"delta":{},"finish_reason":"stop"}]}\n\ndata: [DONE]\n\n'
+    )
+    sse = b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nContent-Length: %d\r\n\r\n"
+    server = await serve(answering(*[sse % len(events) + events] * 4))
+    up = ChatUpstream(server.url, client_pools=8)
+    try:
+        for client in ("k1", "k2", "k1", "k2"):
+            stream = await up.open({"model": "m", "messages": []}, client=client)
+            assert [d async for batch in stream for d in batch] == [Finish("stop")]
+            await stream.aclose()
+        assert server.connections == 2 and len(up.pools) == 2
+        assert up.pools.idle_count == 2
+    finally:
+        await up.close()
+
+
+async def test_bytes_arriving_while_idle_discard_the_connection() -> None:
+    idle = asyncio.Event()
+
+    async def handler(
+        server: RawServer, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+    ) -> None:
+        await server.request(reader)
+        writer.write(OK_CL)
+        await idle.wait()  # the client has put the connection back in its pool
+        writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nstale")
+
+    server = await serve(handler)
+    pool = ConnectionPool(server.url)
+    try:
+        await use(pool)
+        assert pool.idle_count == 1
+        idle.set()
+        await asyncio.wait_for(server.gone[0].wait(), 5)  # cut by the client, not kept
+        assert pool.idle_count == 0
+        # nothing stale is read as the next answer: that one comes on a new connection
+        server.handler = answering(OK_CL)
+        await use(pool)
+        assert server.connections == 2
+    finally:
+        await pool.close()
+
+
+async def test_the_answer_to_a_head_request_has_no_body() -> None:
+    server = await serve(answering(b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\n", OK_CL))
+    pool = ConnectionPool(server.url)
+    try:
+        resp = await pool.request(pool.head("HEAD", "/v1/models", [], None), 5)
+        assert resp.status == 200 and resp.complete and await read_body(resp) == b""
+        resp.release()
+        await use(pool)  # the same connection, in step
+        assert server.connections == 1
+    finally:
+        await pool.close()

@@ -7,7 +7,9 @@ own status and message (502 when it cannot be reached); failures after it starte
 yielded as a final `UpstreamError` delta, so the caller can end its response cleanly.
 
 The HTTP is `http1_pool.ConnectionPool`, a lean client on asyncio protocols: a general client
-cost more per request and per HTTP chunk than the whole pipeline behind it.
+cost more per request and per HTTP chunk than the whole pipeline behind it. Connections are
+pooled per client identity (`http1_pool.ClientPools`, keyed by `Turn.client`): a backend that
+desynchronises a connection can only hand a client its own words.
 
 The backend's API key only ever travels in the `Authorization` header; no message, repr
 or exception built here contains it (exceptions are raised `from None` for that reason).
@@ -16,6 +18,7 @@ or exception built here contains it (exceptions are raised `from None` for that 
 from __future__ import annotations
 
 import asyncio
+import ssl
 from collections.abc import Callable
 from types import TracebackType
 from typing import Any
@@ -25,11 +28,12 @@ import orjson
 
 from ..deltas import Delta, UpstreamError
 from ..errors import RequestError, server_error
+from ..identity import client_identity
 from ..sse import SSEDecoder, SSEError, SSEMessage
 from .body_budget import ByteBudget
 from .chat_decode import INVALID_CHUNK, ChatChunkDecoder, decode_body, http_error
-from .http1 import Response
-from .http1_pool import ConnectionPool
+from .http1 import READ_SIZE, Response
+from .http1_pool import ClientPools, ConnectionPool
 from .http1_wire import ConnectError, HTTPClientError, ProtocolError, ReadTimeout
 
 ERROR_BODY_LIMIT = 1 << 20  # enough for any error message; a larger body is cut
@@ -44,6 +48,7 @@ _DRAIN_TIMEOUT = 0.1  # the end of the body follows [DONE] at once; never hold t
 # Shorter than the 5 s keep-alive of uvicorn (vLLM, SGLang) and llama.cpp, so a pooled
 # connection is dropped here before the server drops it under a request.
 KEEPALIVE_TIMEOUT = 4.0
+PROBE = "probe"  # the pool of readiness probes and unauthenticated model listings (not a digest)
 _CHAT_HEADERS = {
     "Content-Type": "application/json",
     "Accept": "text/event-stream",
@@ -62,6 +67,8 @@ class ChatUpstream:
         connect_timeout: float = 10,
         idle_timeout: float = 300,
         max_connections: int = 0,
+        keepalive: bool = True,
+        client_pools: int = 256,
         max_json_body: int = JSON_BODY_LIMIT,
         json_budget: ByteBudget | None = None,
     ) -> None:
@@ -76,7 +83,11 @@ class ChatUpstream:
         self.idle_timeout = idle_timeout
         self._api_key = api_key
         self._max_connections = max_connections  # 0: unlimited, the backend sets the pace
-        self._pool: ConnectionPool | None = None
+        self._keepalive = keepalive  # False: a new connection per request, nothing shared
+        self._client_pools = client_pools  # most client identities with a pool of their own
+        self._pools: ClientPools | None = None
+        self._ssl = ssl.create_default_context() if parts.scheme == "https" else None
+        self._read_buffer = memoryview(bytearray(READ_SIZE))  # one for all pools (see Connection)
         self._chat_head = b""  # the request head up to Content-Length, without extra headers
         self.max_json_body = max_json_body
         # shared by every answer of this upstream (one per process): the app passes one
@@ -86,20 +97,37 @@ class ChatUpstream:
         return f"ChatUpstream({self._where()!r})"
 
     @property
+    def pools(self) -> ClientPools:
+        """The keep-alive connections to the backend, per client (made on first use)."""
+        if self._pools is None:
+            self._pools = ClientPools(self._new_pool, self._client_pools if self._keepalive else 1)
+        return self._pools
+
+    def pool_for(self, client: str) -> ConnectionPool:
+        """The pool that carries the requests of `client` (with keep-alive off: one for all,
+        since it keeps nothing)."""
+        return self.pools.get(client if self._keepalive else "")
+
+    @property
     def pool(self) -> ConnectionPool:
-        """The keep-alive connections to the backend (made on first use)."""
-        if self._pool is None:
-            self._pool = ConnectionPool(
-                self.base_url,
-                connect_timeout=self.connect_timeout,
-                keepalive=KEEPALIVE_TIMEOUT,
-                limit=self._max_connections,
-            )
-            head = self._pool.head(
-                "POST", self._path + "/chat/completions", self._headers(_CHAT_HEADERS), None
-            )
+        """The anonymous client's pool."""
+        return self.pool_for("")
+
+    def _new_pool(self) -> ConnectionPool:
+        pool = ConnectionPool(
+            self.base_url,
+            connect_timeout=self.connect_timeout,
+            keepalive=KEEPALIVE_TIMEOUT,
+            limit=self._max_connections,
+            ssl_context=self._ssl,
+            reuse=self._keepalive,
+            read_buffer=self._read_buffer,
+        )
+        if not self._chat_head:  # the same for every pool: one origin, one reuse policy
+            target = self._path + "/chat/completions"
+            head = pool.head("POST", target, self._headers(_CHAT_HEADERS, pool), None)
             self._chat_head = head[:-2]  # without the blank line
-        return self._pool
+        return pool
 
     async def open(
         self,
@@ -107,10 +135,12 @@ class ChatUpstream:
         *,
         headers: dict[str, str] | None = None,
         on_raw: Callable[[bytes], None] | None = None,
+        client: str = "",
     ) -> ChatStream:
         """Send a chat request and return its stream once the backend has answered 2xx.
 
         `on_raw`, if given, sees every byte of a 2xx body as it is read (for recordings).
+        `client` (`Turn.client`) picks the connections: only this client's requests use them.
         """
         body = dict(chat_request)
         body["stream"] = True
@@ -120,17 +150,17 @@ class ChatUpstream:
             "include_usage": True,
         }
         data = orjson.dumps(body)
-        pool = self.pool
+        pool = self.pool_for(client)
         if headers:
             head = pool.head(
                 "POST",
                 self._path + "/chat/completions",
-                self._headers({**_CHAT_HEADERS, **headers}),
+                self._headers({**_CHAT_HEADERS, **headers}, pool),
                 len(data),
             )
         else:
             head = self._chat_head + b"Content-Length: %d\r\n\r\n" % len(data)
-        resp = await self._request(head + data, self.idle_timeout)
+        resp = await self._request(pool, head + data, self.idle_timeout)
         try:
             if resp.status >= 300:
                 raise await _http_error(resp)
@@ -172,6 +202,9 @@ class ChatUpstream:
         except TimeoutError:
             budget.give(len(raw))
             raise self._timed_out() from None
+        except ProtocolError as exc:
+            budget.give(len(raw))
+            raise self._invalid(exc) from None
         except (HTTPClientError, OSError):
             budget.give(len(raw))
             raise self._closed_early("sending its answer") from None
@@ -217,41 +250,46 @@ class ChatUpstream:
         return resp.status < 500
 
     async def close(self) -> None:
-        if self._pool is not None:
-            await self._pool.close()
-        self._pool = None
+        if self._pools is not None:
+            await self._pools.close()
+        self._pools = None
 
-    def _headers(self, headers: dict[str, str]) -> list[tuple[str, str]]:
+    def _headers(self, headers: dict[str, str], pool: ConnectionPool) -> list[tuple[str, str]]:
         """Headers merged case-insensitively, the later winning; the key added if none came."""
         merged = {k.lower(): (k, v) for k, v in headers.items()}
         if "authorization" not in merged:
             if self._api_key:
                 merged["authorization"] = ("Authorization", f"Bearer {self._api_key}")
-            elif self.pool.basic_auth:  # credentials in the base URL
-                merged["authorization"] = ("Authorization", self.pool.basic_auth)
+            elif pool.basic_auth:  # credentials in the base URL
+                merged["authorization"] = ("Authorization", pool.basic_auth)
         return list(merged.values())
 
     async def _get_models(self, timeout: float, headers: dict[str, str] | None = None) -> Response:
-        pool = self.pool
-        head = pool.head("GET", self._path + "/models", self._headers(headers or {}), None)
-        return await self._request(head, timeout)
+        # a forwarded Authorization names the client, as it does for its turns
+        auth = headers.get("Authorization") if headers else None
+        pool = self.pool_for(client_identity(auth) if auth else PROBE)
+        head = pool.head("GET", self._path + "/models", self._headers(headers or {}, pool), None)
+        return await self._request(pool, head, timeout)
 
-    async def _request(self, payload: bytes, timeout: float) -> Response:
+    async def _request(self, pool: ConnectionPool, payload: bytes, timeout: float) -> Response:
         try:
-            return await self.pool.request(payload, timeout)
+            return await pool.request(payload, timeout)
         except ConnectError as exc:
             raise self._unreachable(exc.reason) from None
         except ReadTimeout:
             raise self._timed_out() from None
         except ProtocolError as exc:
-            raise RequestError(
-                f"The backend at {self._where()} sent an invalid HTTP answer: {exc}.",
-                status=502,
-                type="server_error",
-                code="upstream_error",
-            ) from None
+            raise self._invalid(exc) from None
         except (HTTPClientError, OSError):
             raise self._closed_early("answering") from None
+
+    def _invalid(self, exc: ProtocolError) -> RequestError:
+        return RequestError(
+            f"The backend at {self._where()} sent an invalid HTTP answer: {exc}.",
+            status=502,
+            type="server_error",
+            code="upstream_error",
+        )
 
     def _timed_out(self) -> RequestError:
         message = f"The backend did not answer within {self.idle_timeout:g} s."
@@ -351,10 +389,13 @@ class ChatStream:
                 return self._fail(
                     [], "upstream_timeout", f"The backend sent nothing for {self.idle_timeout:g} s."
                 )
-            except (HTTPClientError, OSError):
+            except (HTTPClientError, OSError) as exc:
                 if self._chat.finished:  # the answer was complete; only the epilogue is lost
                     self._abort()
                     raise StopAsyncIteration from None
+                if isinstance(exc, ProtocolError):
+                    message = f"The backend sent an invalid HTTP answer: {exc}."
+                    return self._fail([], "upstream_error", message)
                 return self._fail(
                     [], "server_error", "The backend closed the stream before it finished."
                 )

@@ -3,7 +3,9 @@
 Made for the streaming POST to a Chat Completions backend, where a general client (aiohttp's)
 costs more per request and per HTTP chunk than the gateway's whole pipeline behind it. The
 body is handed over once per socket read, de-chunked in bulk (`http1_wire`), and the idle
-timeout is one timer per response, pushed back lazily rather than per read.
+timeout is one timer per response, pushed back lazily rather than per read. What the bytes
+mean (framing, the end of a response, whether the connection can be kept) is decided by the
+sans-I/O `http1_parser.ResponseParser`; `Connection` only feeds it and acts on its events.
 
 - `Connection`: one socket and one request at a time; `http1_pool.ConnectionPool` keeps
   them alive per origin and hands out a `Response` once its head has arrived.
@@ -23,26 +25,14 @@ import contextlib
 import socket
 from typing import TYPE_CHECKING
 
-from multidict import CIMultiDict
-
 if TYPE_CHECKING:  # the pool owns its connections; a connection only reports back
     from .http1_pool import ConnectionPool
 
-from .http1_wire import (
-    MAX_HEAD,
-    ChunkedDecoder,
-    HTTPClientError,
-    ProtocolError,
-    ReadTimeout,
-    ServerDisconnected,
-    body_length,
-    parse_head,
-)
+from .http1_parser import BODY, BROKEN, DONE, END, HEAD, Head, ResponseParser
+from .http1_wire import HTTPClientError, ProtocolError, ReadTimeout, ServerDisconnected
 
 HIGH_WATER = 32 << 10  # unread body bytes above which the socket is paused
 READ_SIZE = 32 << 10  # bytes per socket read at most
-
-_HEAD, _BODY, _DONE = 1, 2, 3  # phases of a response
 
 
 # -- one connection ---------------------------------------------------------------------
@@ -53,18 +43,18 @@ class Response:
 
     __slots__ = ("_conn", "content_type", "headers", "reason", "status")
 
-    def __init__(self, conn: Connection) -> None:
+    def __init__(self, conn: Connection, head: Head) -> None:
         self._conn: Connection | None = conn
-        self.status = conn.status
-        self.reason = conn.reason
-        self.headers = conn.headers
+        self.status = head.status
+        self.reason = head.reason
+        self.headers = head.headers
         self.content_type = self.headers.get("Content-Type", "").split(";", 1)[0].strip().lower()
 
     @property
     def complete(self) -> bool:
         """The whole body has arrived (it may still be unread)."""
         conn = self._conn
-        return conn is None or conn.phase == _DONE
+        return conn is None or conn.parser.state == DONE
 
     @property
     def buffered(self) -> bool:
@@ -96,8 +86,8 @@ class Response:
         return bytes(buf[:limit])
 
     def release(self) -> None:
-        """Done with it: the connection goes back to the pool if the whole body has arrived
-        (unread, it is dropped), else it is cut."""
+        """Done with it: the connection goes back to the pool if the whole body has arrived,
+        framed exactly and with nothing after it (unread, it is dropped), else it is cut."""
         conn, self._conn = self._conn, None
         if conn is not None:
             conn.pool.release(conn)
@@ -110,7 +100,7 @@ class Response:
 
 
 class Connection(asyncio.BufferedProtocol):
-    """One TCP (or TLS) connection; parses the response to the request in flight.
+    """One TCP (or TLS) connection; feeds its bytes to a `ResponseParser`.
 
     It reads `READ_SIZE` at most per read: a backend that sends a whole long answer at
     once (they do, on loopback) then waits in the kernel's socket buffer instead of this
@@ -118,22 +108,21 @@ class Connection(asyncio.BufferedProtocol):
     next is taken. The read buffer is the pool's, shared by its connections: a read is
     copied out of it before the event loop can run another (`buffer_updated` follows
     `get_buffer` at once), so one buffer serves them all.
+
+    Bytes the parser finds out of turn (after the end of a response, or while idle in the
+    pool) make the connection untrustworthy: it is cut at once.
     """
 
     def __init__(self, pool: ConnectionPool) -> None:
         self.pool = pool
         self._loop = pool._loop
         self.transport: asyncio.Transport | None = None
+        self.parser = ResponseParser()
         self.closed = False
         self.idle_since = 0.0
-        self.phase = _DONE
-        self.reusable = False
         self.got_any = False  # any byte of the current response arrived
         self.chunks: list[bytes] = []
-        self.status, self.reason, self.headers = 0, "", CIMultiDict[str]()
-        self._head = bytearray()  # a head split over reads
-        self._left: int | None = None  # body bytes to come; None: until close; -1: chunked
-        self._chunked: ChunkedDecoder | None = None
+        self.head: Head | None = None
         self._unread = 0
         self._paused = False
         self._exc: HTTPClientError | None = None
@@ -148,24 +137,26 @@ class Connection(asyncio.BufferedProtocol):
     async def exchange(self, payload: bytes, timeout: float) -> Response:
         """Send one request; return its response once the head has arrived."""
         assert self.transport is not None
-        self.phase, self.got_any, self.reusable, self._exc = _HEAD, False, False, None
-        self._head.clear()
+        if self.closed or not self.parser.reusable:
+            raise ServerDisconnected("the connection was closed before the request was sent")
+        self.parser.start(no_body=payload.startswith(b"HEAD "))  # its answer has no body
+        self.got_any, self._exc, self.head = False, None, None
         self._unread = 0
         self.chunks = []
         self._timeout = timeout
         self.transport.write(payload)
         self._arm()
-        while self.phase == _HEAD:
+        while self.head is None:
             if self._exc is not None:
                 raise self._exc
             await self._wait()
-        return Response(self)
+        return Response(self, self.head)
 
     async def wait_body(self) -> bytes:
         while not self.chunks:
             if self._exc is not None:
                 raise self._exc
-            if self.phase == _DONE:
+            if self.parser.state == DONE:
                 return b""
             await self._wait()
         return self.take()
@@ -180,7 +171,7 @@ class Connection(asyncio.BufferedProtocol):
     @property
     def keepable(self) -> bool:
         """The response ended whole and the connection may carry the next request."""
-        return self.phase == _DONE and self.reusable and not self._paused
+        return self.parser.reusable and not self.closed and not self._paused
 
     def take(self) -> bytes:
         chunks = self.chunks
@@ -194,7 +185,7 @@ class Connection(asyncio.BufferedProtocol):
         return data
 
     def abort(self) -> None:
-        if self.phase != _DONE and self._exc is None:
+        if self.parser.state in (HEAD, BODY) and self._exc is None:
             self._exc = ServerDisconnected("the connection was closed by the client")
         if self.transport is not None:
             self.transport.abort()
@@ -225,18 +216,32 @@ class Connection(asyncio.BufferedProtocol):
         self.got_any = True
         if self._timer is not None:
             self._last = self._loop.time()
+        parser = self.parser
         try:
-            if self.phase == _BODY:
-                self._body(data)
-            elif self.phase == _HEAD:
-                self._parse_head(data)
-            else:  # a server talking out of turn: this connection cannot be trusted
-                self.abort()
-                return
+            events = parser.feed(data)
         except ProtocolError as exc:
             self._exc = exc
             self.abort()
             return
+        for event in events:
+            if event.__class__ is bytes:
+                self.chunks.append(event)  # type: ignore[arg-type]
+                self._unread += len(event)  # type: ignore[arg-type]
+            elif event is END:
+                self._disarm()
+            else:
+                self.head = event  # type: ignore[assignment]
+        if parser.state == BROKEN:  # bad bytes after some good ones, which stand
+            self._exc = parser.error  # type: ignore[assignment]
+            self.abort()
+            return
+        if not parser.keep_alive and parser.state != BODY:
+            self.abort()  # ended and not to be kept, or bytes out of turn: cut it now
+            return
+        if self._unread > HIGH_WATER and parser.state == BODY and not self._paused:
+            self._paused = True
+            self.transport.pause_reading()  # type: ignore[union-attr]
+            self._disarm()  # a paused read is the consumer's doing, not the server's
         self._wake()
 
     def eof_received(self) -> bool | None:
@@ -245,106 +250,26 @@ class Connection(asyncio.BufferedProtocol):
     def connection_lost(self, exc: Exception | None) -> None:
         if self.closed:  # our own abort
             return
-        if self.phase == _BODY and self._left is None and exc is None:
-            self._done()  # a body delimited by the end of the connection
-        elif self.phase != _DONE and self._exc is None:
-            where = "in the middle of the response" if self.got_any else "before answering"
-            self._exc = ServerDisconnected(f"the server closed the connection {where}")
+        try:
+            self.parser.eof(clean=exc is None)  # a clean close may end a body delimited by it
+        except ServerDisconnected as lost:
+            if self._exc is None:
+                self._exc = lost
         self._lost()
         self._wake()
 
     def _lost(self) -> None:
         if not self.closed:
             self.closed = True
-            self.reusable = False
+            self.parser.keep_alive = False
             self._disarm()
             self.pool._forget(self)
-
-    # -- parsing ------------------------------------------------------------------------
-
-    def _parse_head(self, data: bytes) -> None:
-        pending = self._head
-        if pending:  # accumulate in place: a head trickling in is not copied over and over
-            start = max(0, len(pending) - 3)
-            pending += data
-            if pending.find(b"\r\n\r\n", start) < 0:
-                if len(pending) > MAX_HEAD:
-                    raise ProtocolError("response head too large")
-                return
-            data = bytes(pending)
-            pending.clear()
-        head = data
-        while True:
-            end = head.find(b"\r\n\r\n")
-            if end < 0:
-                if len(head) > MAX_HEAD:
-                    raise ProtocolError("response head too large")
-                pending += head
-                return
-            if end > MAX_HEAD:
-                raise ProtocolError("response head too large")
-            status, reason, headers, http11 = parse_head(head[:end])
-            head = head[end + 4 :]
-            if status >= 200:
-                break
-            if status == 101:
-                raise ProtocolError("unexpected protocol switch")
-            # 1xx: informational, the real head follows
-        self.status, self.reason, self.headers = status, reason, headers
-        connection = headers.get("Connection", "").lower()
-        self.reusable = "close" not in connection and (http11 or "keep-alive" in connection)
-        self._left = left = body_length(status, headers)
-        if left is None:
-            self.reusable = False  # delimited by the close
-        if left == -1:
-            self._chunked = ChunkedDecoder()
-            if "Content-Length" in headers:
-                self.reusable = False  # both framings: do not trust what may follow
-        else:
-            self._chunked = None
-        self.phase = _BODY
-        if left == 0:
-            self._done()
-            if head:
-                self.abort()
-        elif head:
-            self._body(head)
-
-    def _body(self, data: bytes) -> None:
-        chunked = self._chunked
-        if chunked is not None:
-            payload = chunked.feed(data)
-            if chunked.done:
-                self._done()
-                if chunked.tail:
-                    self.abort()
-        elif self._left is None:
-            payload = data
-        else:
-            left = self._left
-            payload = data if len(data) <= left else data[:left]
-            self._left = left = left - len(payload)
-            if not left:
-                self._done()
-                if len(data) > len(payload):
-                    self.abort()
-        if payload:
-            self.chunks.append(payload)
-            self._unread += len(payload)
-            if self._unread > HIGH_WATER and self.phase != _DONE and not self._paused:
-                self._paused = True
-                self.transport.pause_reading()  # type: ignore[union-attr]
-                self._disarm()  # a paused read is the consumer's doing, not the server's
-
-    def _done(self) -> None:
-        self.phase = _DONE
-        self._disarm()
 
     # -- the idle timeout: one timer, moved on lazily ------------------------------------
 
     def _arm(self) -> None:
         self._last = now = self._loop.time()
-        if self._timer is None and self.phase != _DONE and not self.closed:
+        if self._timer is None and self.parser.state in (HEAD, BODY) and not self.closed:
             self._timer = self._loop.call_at(now + self._timeout, self._on_timer)
 
     def _disarm(self) -> None:
@@ -354,7 +279,7 @@ class Connection(asyncio.BufferedProtocol):
 
     def _on_timer(self) -> None:
         self._timer = None
-        if self.phase == _DONE or self._paused or self.closed:
+        if self.parser.state not in (HEAD, BODY) or self._paused or self.closed:
             return
         due = self._last + self._timeout
         if self._loop.time() < due:

@@ -1,8 +1,15 @@
-"""The keep-alive pool of the lean HTTP/1.1 client: connections to one origin.
+"""The keep-alive pools of the lean HTTP/1.1 client: connections to one origin.
 
-Connections (`http1.Connection`) are reused last-in first-out and dropped after
-`keepalive` idle seconds; `await pool.request(payload, timeout)` returns a `Response`
-once its head has arrived.
+`ConnectionPool`: connections (`http1.Connection`) are reused last-in first-out and
+dropped after `keepalive` idle seconds; `await pool.request(payload, timeout)` returns a
+`Response` once its head has arrived. `reuse=False` sends `Connection: close` and keeps
+nothing.
+
+`ClientPools`: one `ConnectionPool` per client identity. A stray response that arrives
+after the next request was sent cannot be told from that request's answer, so a connection
+only ever carries the requests of one client: a desynchronising backend can then answer a
+client with nothing but its own words. Empty pools are dropped, and at most `max_pools`
+exist (the least recently used is retired beyond).
 """
 
 from __future__ import annotations
@@ -10,7 +17,8 @@ from __future__ import annotations
 import asyncio
 import base64
 import ssl
-from collections.abc import Iterable
+from collections import OrderedDict
+from collections.abc import Callable, Iterable
 from urllib.parse import unquote, urlsplit
 
 from .http1 import READ_SIZE, Connection, Response
@@ -31,6 +39,8 @@ class ConnectionPool:
         limit: int = 0,
         ssl_context: ssl.SSLContext | None = None,
         stale_after: float = STALE_AFTER,
+        reuse: bool = True,
+        read_buffer: memoryview | None = None,
     ) -> None:
         parts = urlsplit(url)
         if parts.scheme not in ("http", "https") or not parts.hostname:
@@ -47,15 +57,19 @@ class ConnectionPool:
             self.basic_auth = "Basic " + base64.b64encode(user.encode()).decode()
         self.connect_timeout = connect_timeout
         self.keepalive = keepalive
+        self.reuse = reuse  # False: one connection per request (`Connection: close`)
         self.stale_after = stale_after
         self._limit = asyncio.Semaphore(limit) if limit > 0 else None
         self._loop = asyncio.get_running_loop()
-        # every connection reads into this one (see `Connection`): 32 KiB, not 32 KiB each
-        self.read_buffer = memoryview(bytearray(READ_SIZE))
+        # every connection reads into this one (see `Connection`): 32 KiB, not 32 KiB each;
+        # pools on one event loop may share one for the same reason
+        self.read_buffer = read_buffer or memoryview(bytearray(READ_SIZE))
         self._idle: list[Connection] = []  # a stack: the most recently used on top
         self._in_use: set[Connection] = set()
+        self._acquiring = 0  # requests waiting for a connection (a slot, or a connect)
         self._sweeper: asyncio.TimerHandle | None = None
         self._closed = False
+        self._retired = False  # nothing more is kept: connections are cut when released
 
     @property
     def idle_count(self) -> int:
@@ -65,12 +79,17 @@ class ConnectionPool:
     def in_use_count(self) -> int:
         return len(self._in_use)
 
+    @property
+    def empty(self) -> bool:
+        """No connection, idle or in use, and no request waiting for one."""
+        return not self._acquiring and not self._in_use and not self.idle_count
+
     def head(
         self, method: str, target: str, headers: Iterable[tuple[str, str]], length: int | None
     ) -> bytes:
         """A request head (blank line included): Host and Connection added, CR/LF refused."""
         lines = [f"{method} {target} HTTP/1.1", f"Host: {self.host_header}"]
-        lines.append("Connection: keep-alive")
+        lines.append("Connection: keep-alive" if self.reuse else "Connection: close")
         for name, value in headers:
             if "\r" in name or "\n" in name or "\r" in value or "\n" in value or ":" in name:
                 raise ValueError(f"invalid header {name!r}")
@@ -104,6 +123,17 @@ class ConnectionPool:
             conn.abort()
             raise
 
+    def retire(self) -> None:
+        """Keep nothing more: idle connections are closed now, those in use when released
+        (their requests go on)."""
+        self._retired = True
+        for conn in self._idle:
+            conn.abort()
+        self._idle.clear()
+        if self._sweeper is not None:
+            self._sweeper.cancel()
+            self._sweeper = None
+
     async def close(self) -> None:
         self._closed = True
         for conn in [*self._idle, *self._in_use]:
@@ -121,6 +151,13 @@ class ConnectionPool:
 
         With a limit, a connection in use holds a slot until it is released or lost.
         """
+        self._acquiring += 1
+        try:
+            return await self._acquire_one(fresh)
+        finally:
+            self._acquiring -= 1
+
+    async def _acquire_one(self, fresh: bool) -> tuple[Connection, float]:
         if self._limit is not None:
             await self._limit.acquire()
         try:
@@ -170,7 +207,7 @@ class ConnectionPool:
     def release(self, conn: Connection) -> None:
         """Back to the pool if its response ended cleanly (unread bytes of it are dropped)."""
         self._forget(conn)
-        if not conn.keepable or self._closed:
+        if not conn.keepable or not self.reuse or self._closed or self._retired:
             conn.abort()
             return
         if conn.closed:
@@ -200,3 +237,52 @@ class ConnectionPool:
             idle.pop(0).abort()
         if idle:
             self._sweeper = self._loop.call_at(idle[0].idle_since + self.keepalive, self._sweep)
+
+
+class ClientPools:
+    """A `ConnectionPool` per client identity, made by `factory` on first use (see the
+    module docstring). `max_pools` bounds how many exist at once."""
+
+    def __init__(self, factory: Callable[[], ConnectionPool], max_pools: int = 256) -> None:
+        self._factory = factory
+        self.max_pools = max(1, max_pools)
+        self._pools: OrderedDict[str, ConnectionPool] = OrderedDict()  # least recent first
+
+    def __len__(self) -> int:
+        return len(self._pools)
+
+    def __contains__(self, client: object) -> bool:
+        return client in self._pools
+
+    def get(self, client: str) -> ConnectionPool:
+        """The pool of `client` ("" is the anonymous client), made if it has none."""
+        pools = self._pools
+        pool = pools.get(client)
+        if pool is not None:
+            pools.move_to_end(client)
+            return pool
+        self._make_room()
+        pool = pools[client] = self._factory()
+        return pool
+
+    @property
+    def idle_count(self) -> int:
+        return sum(p.idle_count for p in self._pools.values())
+
+    @property
+    def in_use_count(self) -> int:
+        return sum(p.in_use_count for p in self._pools.values())
+
+    async def close(self) -> None:
+        pools, self._pools = list(self._pools.values()), OrderedDict()
+        for pool in pools:
+            await pool.close()
+
+    def _make_room(self) -> None:
+        """Before a new pool: drop the empty ones, then, if still at the cap, retire the least
+        recently used (its requests in flight finish; its connections are not kept)."""
+        pools = self._pools
+        for client in [c for c, p in pools.items() if p.empty]:
+            pools.pop(client).retire()
+        while len(pools) >= self.max_pools:
+            pools.popitem(last=False)[1].retire()

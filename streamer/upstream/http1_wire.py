@@ -4,7 +4,9 @@
 `ChunkedDecoder` strips the chunk framing of a body fed in pieces split anywhere. Its common
 case costs no Python per chunk: one `split` at CRLFs, and sizes checked against lengths with
 `map`; chunk extensions, trailers, or CRLFs inside the data fall back to a loop of one
-`find` and one `int` per chunk.
+`find` and one `int` per chunk. Both paths take a chunk size by one rule (`_chunk_size`):
+1 to 15 hex digits, nothing else (`int(b"0x1a", 16)` and `int(b"1_a", 16)` would succeed),
+then, on the loop path, optional extensions after `;`.
 """
 
 from __future__ import annotations
@@ -19,6 +21,8 @@ MAX_LINE = 4096  # a chunk-size line, with its extensions
 MAX_TRAILERS = 16 << 10
 
 _SIZE, _DATA, _CRLF, _TRAILER, _END = range(5)  # states of the chunked decoder
+_HEX = b"0123456789abcdefABCDEF"
+MAX_SIZE_DIGITS = 15  # a chunk of 2**60 bytes is already absurd; more digits are garbage
 
 
 class HTTPClientError(Exception):
@@ -55,6 +59,8 @@ def parse_head(head: bytes) -> tuple[int, str, CIMultiDict[str], bool]:
     code = parts[1]
     if len(code) != 3 or not code.isdigit():
         raise ProtocolError(f"bad status code {code[:20]!r}")
+    if not b"100" <= code <= b"599":  # "000", "099", "600", "999"
+        raise ProtocolError(f"status code {code.decode()} out of range")
     if len(lines) > MAX_HEADERS + 1:
         raise ProtocolError("too many headers")
     headers: CIMultiDict[str] = CIMultiDict()
@@ -74,9 +80,9 @@ def body_length(status: int, headers: CIMultiDict[str]) -> int | None:
     if status < 200 or status in (204, 304):
         return 0
     coding = headers.getall("Transfer-Encoding", None)
-    if coding:
-        last = ",".join(coding).rsplit(",", 1)[-1].strip().lower()
-        return -1 if last == "chunked" else None
+    if coding:  # the last transfer-coding, empty list elements ignored
+        codings = [c for c in (c.strip() for c in ",".join(coding).split(",")) if c]
+        return -1 if codings and codings[-1].lower() == "chunked" else None
     lengths = headers.getall("Content-Length", None)
     if not lengths:
         return None
@@ -91,12 +97,13 @@ class ChunkedDecoder:
 
     `feed` returns the payload bytes completed by this piece; `done` is set after the last
     chunk and its trailers (ignored), and `tail` holds whatever followed them.
+    `bulk=False` keeps to the per-chunk loop (the reference the bulk path is tested against).
     """
 
     __slots__ = ("_fast", "_left", "_line", "_state", "_trailers", "done", "tail")
 
-    def __init__(self) -> None:
-        self._fast = True  # try the bulk path until it fails once
+    def __init__(self, *, bulk: bool = True) -> None:
+        self._fast = bulk  # try the bulk path until it fails once
         self._state = _SIZE
         self._left = 0  # data bytes of the current chunk still to come, or CRLF bytes (_CRLF)
         self._line = b""  # an incomplete size or trailer line
@@ -132,11 +139,8 @@ class ChunkedDecoder:
                     self._line = data[pos:]
                     break
                 line = data[pos:eol]
-                if line.isalnum() and len(line) <= 15:
-                    try:
-                        size = int(line, 16)
-                    except ValueError:
-                        raise ProtocolError(f"bad chunk size {line!r}") from None
+                if 0 < len(line) <= MAX_SIZE_DIGITS and not line.translate(None, _HEX):
+                    size = int(line, 16)  # the common case: digits only
                 else:
                     size = _chunk_size(line)
                 start = eol + 2
@@ -204,11 +208,21 @@ class ChunkedDecoder:
             return data
         sizes = parts[0 : 2 * k : 2]
         pieces = parts[1 : 2 * k : 2]
-        try:
-            nums = list(map(int, sizes, _SIXTEEN))
-        except ValueError:  # an extension, or garbage: the loop decides
-            nums = None
-        if nums is None or nums != list(map(len, pieces)) or not b"".join(sizes).isalnum():
+        # `int` alone would take "0x1a", "+1a", " 1a", "1_a": hex digits only, as in the loop
+        joined = b"".join(sizes)
+        if joined.translate(None, _HEX) or (
+            # Over 15 digits is refused too. A size that matches its piece's length (< 64 KiB
+            # when the data is) has 4 significant digits at most, so one of 16 digits or more
+            # has 12 leading zeros; only then (or for larger data) are sizes measured one by one.
+            (_ZEROS in joined or len(data) > 1 << 16) and max(map(len, sizes)) > MAX_SIZE_DIGITS
+        ):
+            nums = None  # an extension, or garbage: the loop decides
+        else:
+            try:
+                nums = list(map(int, sizes, _SIXTEEN))
+            except ValueError:  # an empty size line
+                nums = None
+        if nums is None or nums != list(map(len, pieces)):
             self._fast = False
             return data
         if 0 in nums:  # the last chunk, no trailers: the body ends here
@@ -225,10 +239,15 @@ class ChunkedDecoder:
 
 
 _SIXTEEN = itertools.repeat(16)
+_ZEROS = b"0" * 12
 
 
 def _chunk_size(line: bytes) -> int:
-    size = line.split(b";", 1)[0].strip(b" \t")  # an extension, or whitespace before one
-    if not size or len(size) > 15 or size.strip(b"0123456789abcdefABCDEF"):
+    """A chunk-size line: 1-15 hex digits, then nothing or (after optional blanks) `;` and
+    extensions, which are ignored."""
+    size, semi, _ = line.partition(b";")
+    if semi:
+        size = size.rstrip(b" \t")  # "bad whitespace" before an extension is allowed
+    if not size or len(size) > MAX_SIZE_DIGITS or size.translate(None, _HEX):
         raise ProtocolError(f"bad chunk size {line[:40]!r}")
     return int(size, 16)
