@@ -181,6 +181,7 @@ async def _start(app: web.Application) -> None:
     from .redact import RedactingUpstream
     from .store import open_store
     from .store.observed import observe_store
+    from .upstream.body_budget import ByteBudget
     from .upstream.chat import ChatUpstream
     from .upstream.proxy import select_proxy
 
@@ -205,6 +206,8 @@ async def _start(app: web.Application) -> None:
         keepalive=settings.upstream_keepalive,
         client_pools=settings.upstream_client_pools,
     )
+    chat.max_json_body = 4 * settings.max_output_bytes  # see JSON_BODY_LIMIT
+    chat.json_budget = ByteBudget(settings.max_backend_json_bytes)
     # whatever the backend says back is scrubbed of every key this gateway knows
     secrets = (
         settings.upstream_api_key,

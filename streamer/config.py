@@ -170,6 +170,37 @@ SETTINGS: tuple[Setting, ...] = (
         int,
     ),
     Setting(
+        "--max-output-bytes",
+        "max_output_bytes",
+        16 * 1024 * 1024,
+        "Largest answer a backend may produce in one turn (text, reasoning, tool calls), "
+        "in characters (bytes for ASCII); beyond, the turn ends incomplete.",
+        int,
+    ),
+    Setting(
+        "--max-output-items",
+        "max_output_items",
+        2048,
+        "Most output items (messages, reasoning, tool calls) in one response; beyond, "
+        "the turn ends incomplete.",
+        int,
+    ),
+    Setting(
+        "--max-turn-seconds",
+        "max_turn_seconds",
+        3600.0,
+        "Longest turn, backend request included; beyond, the turn fails (turn_timeout).",
+        float,
+    ),
+    Setting(
+        "--max-backend-json-bytes",
+        "max_backend_json_bytes",
+        256 * 1024 * 1024,
+        "Memory for whole-JSON backend answers being read at once, all turns together "
+        "(each one is also capped at 4x --max-output-bytes); beyond, 503.",
+        int,
+    ),
+    Setting(
         "--replay-reasoning",
         "replay_reasoning",
         True,
@@ -287,6 +318,10 @@ class Settings:
     readyz_cache_seconds: float = 2.0
     metrics_auth: bool = False
     max_header_bytes: int = 8190
+    max_output_bytes: int = 16 * 1024 * 1024
+    max_output_items: int = 2048
+    max_turn_seconds: float = 3600.0
+    max_backend_json_bytes: int = 256 * 1024 * 1024
     replay_reasoning: bool = True
     idle_timeout: float = 300.0
     store: str = "memory"

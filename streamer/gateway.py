@@ -32,6 +32,14 @@ log = logging.getLogger("streamer.gateway")
 def turn_options(settings: Settings) -> TurnOptions:
     if settings.tool_name_style not in ("codex", "double-underscore", "llamacpp", "dotted"):
         raise ValueError(f"unknown tool name style {settings.tool_name_style!r}")
+    for flag, value in (
+        ("--max-output-bytes", settings.max_output_bytes),
+        ("--max-output-items", settings.max_output_items),
+        ("--max-turn-seconds", settings.max_turn_seconds),
+        ("--max-backend-json-bytes", settings.max_backend_json_bytes),
+    ):
+        if not value > 0:  # 0 would refuse every turn, not lift the limit: say so now
+            raise ValueError(f"{flag} must be positive (got {value!r})")
     return TurnOptions(
         naming=NamingConfig(
             style=settings.tool_name_style,  # type: ignore[arg-type]
@@ -41,6 +49,9 @@ def turn_options(settings: Settings) -> TurnOptions:
         ),
         lowering=LoweringOptions(model=settings.model, replay_reasoning=settings.replay_reasoning),
         max_input_items=settings.max_input_items,
+        max_output_bytes=settings.max_output_bytes,
+        max_output_items=settings.max_output_items,
+        max_turn_seconds=settings.max_turn_seconds,
     )
 
 

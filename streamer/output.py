@@ -11,10 +11,14 @@ The grammar it keeps (see shared/notes/responses-wire.md §6.3):
 - tool calls are buffered by backend index, so interleaved parallel calls still come
   out whole and in order; a call is added only once its name is known;
 - `name`/`namespace` are restored through the map on every surface.
+
+It also counts what the backend makes it hold (`OutputLimits`): past a limit it takes
+no more deltas and sets `exceeded`; the caller then ends the turn with `cut()`.
 """
 
 from __future__ import annotations
 
+import sys
 import time
 from collections.abc import Callable, Iterable
 from typing import Any
@@ -35,8 +39,10 @@ from .events import Event
 from .output_items import (
     FAILURE_CODES,
     INCOMPLETE,
+    LIMIT_REASON,
     Call,
     Item,
+    OutputLimits,
     Part,
     custom_input,
     empty_part,
@@ -62,7 +68,9 @@ class OutputItemStreamer:
         response: dict[str, Any],
         *,
         make_id: Callable[[str], str] = new_id,
+        limits: OutputLimits | None = None,
     ) -> None:
+        limits = limits or OutputLimits()
         self.names = names
         self.response = response
         self._make_id = make_id
@@ -78,6 +86,10 @@ class OutputItemStreamer:
         self._usage: Usage | None = None
         self._finish: str | None = None
         self.done = False
+        self._left = limits.max_chars  # characters of output the backend may still send
+        self._items_left = limits.max_items
+        # The limit the backend's answer went past ("max_output_bytes"/"max_output_items").
+        self.exceeded: str | None = None
         self._handlers: dict[type, Callable[[Any], None]] = {
             TextDelta: self._on_text,
             ReasoningDelta: self._on_reasoning,
@@ -110,39 +122,50 @@ class OutputItemStreamer:
 
     def feed(self, deltas: Iterable[Delta]) -> list[Event]:
         """Consume a batch of deltas (one upstream read); return the events they make."""
-        if self.done:
+        if self.done or self.exceeded:
             return []
         handlers = self._handlers
+        left = self._left  # a local on the per-token paths; handlers see `self._left`
         # The per-token paths, inlined: text into the open part, and argument fragments
         # of the call streaming live. Everything else goes to its handler.
         for delta in deltas:
             cls = delta.__class__
+            prefix = None
             if cls is TextDelta:
                 hot = self._hot
                 piece = delta.text  # type: ignore[union-attr]
-                if hot is None or hot.kind != "output_text" or not piece:
-                    self._on_text(delta)  # type: ignore[arg-type]
-                    continue
-                hot.text.pieces.append(piece)  # settled once per batch, below
-                prefix, event_type = hot.delta_prefix, "response.output_text.delta"
+                if (
+                    hot is not None
+                    and hot.kind == "output_text"
+                    and piece
+                    and (n := len(piece)) <= left
+                ):
+                    left -= n
+                    hot.text.pieces.append(piece)  # settled once per batch, below
+                    prefix, event_type = hot.delta_prefix, "response.output_text.delta"
             elif cls is ToolCallDelta:
                 live = self._live
                 piece = delta.arguments  # type: ignore[union-attr]
                 if (
-                    live is None
-                    or live.index != delta.index  # type: ignore[union-attr]
-                    or not piece
-                    or delta.id is not None  # type: ignore[union-attr]
-                    or delta.name is not None  # type: ignore[union-attr]
+                    live is not None
+                    and live.index == delta.index  # type: ignore[union-attr]
+                    and piece
+                    and delta.id is None  # type: ignore[union-attr]
+                    and delta.name is None  # type: ignore[union-attr]
+                    and (n := len(piece)) <= left
                 ):
-                    self._on_tool_call(delta)  # type: ignore[arg-type]
-                    continue
-                live.args.append(piece)
-                prefix, event_type = live.delta_prefix, "response.function_call_arguments.delta"
+                    left -= n
+                    live.args.append(piece)
+                    prefix, event_type = live.delta_prefix, "response.function_call_arguments.delta"
             elif cls is UpstreamError:
+                self._left = left
                 return self.fail(delta.code, delta.message)  # type: ignore[union-attr]
-            else:
+            if prefix is None:  # not a per-token case: the handler (it counts in `_left`)
+                self._left = left
                 handlers[cls](delta)
+                left = self._left
+                if self.exceeded:
+                    break
                 continue
             seq = self._seq
             self._events.append(
@@ -152,6 +175,7 @@ class OutputItemStreamer:
                 )
             )
             self._seq = seq + 1
+        self._left = left
         if self._hot is not None:
             self._hot.text.settle()
         return self._take()
@@ -160,13 +184,25 @@ class OutputItemStreamer:
         """The backend's stream ended: close every item and emit the terminal event."""
         if self.done:
             return []
+        if self.exceeded:
+            return self.cut()
         incomplete = INCOMPLETE.get(self._finish or "")
-        self._close_all("incomplete" if incomplete else "completed")
         if incomplete:
-            self.response["incomplete_details"] = {"reason": incomplete}
-            self._terminal("incomplete", "response.incomplete")
-        else:
-            self._terminal("completed", "response.completed")
+            return self._incomplete(incomplete)
+        self._close_all("completed")
+        self._terminal("completed", "response.completed")
+        return self._take()
+
+    def cut(self) -> list[Event]:
+        """End `incomplete` now (an output limit, see `exceeded`), keeping the output so far."""
+        if self.done:
+            return []
+        return self._incomplete(LIMIT_REASON)
+
+    def _incomplete(self, reason: str) -> list[Event]:
+        self._close_all("incomplete")
+        self.response["incomplete_details"] = {"reason": reason}
+        self._terminal("incomplete", "response.incomplete")
         return self._take()
 
     def fail(self, code: str, message: str) -> list[Event]:
@@ -199,31 +235,58 @@ class OutputItemStreamer:
     # -- deltas -------------------------------------------------------------------
 
     def _on_text(self, delta: TextDelta) -> None:
+        text = self._fit(delta.text)
         hot = self._hot
         if hot is not None and hot.kind == "output_text":  # the per-token path
-            self._delta(hot, delta.text)
+            self._delta(hot, text)
         elif self._calls:
-            self._deferred.append(delta)
-        elif delta.text:
-            self._part("message", "output_text", "response.output_text.delta", delta.text)
+            if text:
+                self._deferred.append(TextDelta(text))
+        elif text:
+            self._part("message", "output_text", "response.output_text.delta", text)
 
     def _on_refusal(self, delta: RefusalDelta) -> None:
+        text = self._fit(delta.text)
         hot = self._hot
         if hot is not None and hot.kind == "refusal":
-            self._delta(hot, delta.text)
+            self._delta(hot, text)
         elif self._calls:
-            self._deferred.append(delta)
-        elif delta.text:
-            self._part("message", "refusal", "response.refusal.delta", delta.text)
+            if text:
+                self._deferred.append(RefusalDelta(text))
+        elif text:
+            self._part("message", "refusal", "response.refusal.delta", text)
 
     def _on_reasoning(self, delta: ReasoningDelta) -> None:
+        text = self._fit(delta.text)
         hot = self._hot
         if hot is not None and hot.kind == "reasoning_text":
-            self._delta(hot, delta.text)
+            self._delta(hot, text)
         elif self._calls:
-            self._deferred.append(delta)
-        elif delta.text:
-            self._part("reasoning", "reasoning_text", "response.reasoning_text.delta", delta.text)
+            if text:
+                self._deferred.append(ReasoningDelta(text))
+        elif text:
+            self._part("reasoning", "reasoning_text", "response.reasoning_text.delta", text)
+
+    # -- limits -------------------------------------------------------------------
+
+    def _fit(self, text: str) -> str:
+        """`text`, cut to what the output limit has left (then `exceeded` is set)."""
+        n = len(text)
+        if n <= self._left:
+            self._left -= n
+            return text
+        text = text[: self._left]
+        self._left = 0
+        self.exceeded = "max_output_bytes"
+        return text
+
+    def _new_item(self) -> bool:
+        """Count one more output item (or held call); False past the limit."""
+        if self._items_left > 0:
+            self._items_left -= 1
+            return True
+        self.exceeded = self.exceeded or "max_output_items"
+        return False
 
     def _delta(self, part: Part, text: str) -> None:
         if text:
@@ -245,20 +308,22 @@ class OutputItemStreamer:
         self._hot = None  # text from now on waits until the calls are out
         call = self._calls.get(delta.index)
         if call is None:
+            if not self._new_item():
+                return
             call = self._calls[delta.index] = Call(delta.index)
         if delta.id and call.call_id is None:
-            call.call_id = delta.id
+            call.call_id = self._fit(delta.id)
         # Some backends repeat the whole name on every fragment; a name only grows
         # until the arguments start.
         if delta.name and not call.args and delta.name != call.name:
-            call.name += delta.name
-        if not delta.arguments:
+            call.name += self._fit(delta.name)
+        arguments = self._fit(delta.arguments) if delta.arguments else ""
+        if not arguments:
             return
-        call.args.append(delta.arguments)
+        call.args.append(arguments)
         if call is self._live:
             self._emit(
-                b'%s%s,"sequence_number":%d}'
-                % (call.delta_prefix, _dumps(delta.arguments), self._seq),
+                b'%s%s,"sequence_number":%d}' % (call.delta_prefix, _dumps(arguments), self._seq),
                 "response.function_call_arguments.delta",
             )
         elif (
@@ -290,6 +355,8 @@ class OutputItemStreamer:
         """Append `text` to the open part of kind `part_kind`, opening what is needed."""
         item = self._open
         if item is None or item.item["type"] != item_type:
+            if not self._new_item():
+                return
             self._close_open("completed")
             item = self._open_item(item_type)
         part = item.part
@@ -369,6 +436,7 @@ class OutputItemStreamer:
         item = call.item
         assert item is not None
         arguments = "".join(call.args)
+        call.args = [arguments]  # held once from here on: the item and the events share it
         output_index = len(self._output)
         where = {"item_id": item["id"], "output_index": output_index}
         if item["type"] == "function_call":
@@ -410,6 +478,8 @@ class OutputItemStreamer:
             if not call.emitted:
                 self._close_call(call, status)
         self._live = None
+        # What closing replays was counted when it came; nothing is refused from here.
+        self._left = self._items_left = sys.maxsize
         if self._deferred:
             deferred, self._deferred = self._deferred, []
             self._calls = {}
@@ -456,7 +526,9 @@ class OutputItemStreamer:
 
     def _event(self, event: dict[str, Any]) -> None:
         event["sequence_number"] = self._seq
-        self._emit(_dumps(event), event["type"])
+        # Copied to its exact size: orjson's own bytes keep a ~4 kB buffer, and events are
+        # held in bulk (a finish that closes thousands of calls, a background replay).
+        self._emit(b"%b" % (_dumps(event),), event["type"])
 
     def _emit(self, data: bytes, event_type: str) -> None:
         self._events.append(_event(Event, (event_type, data, self._seq)))

@@ -30,6 +30,23 @@ FAILURE_CODES = frozenset(
 
 # Finish reasons that end the response `incomplete`, and the reason they report.
 INCOMPLETE = {"length": "max_output_tokens", "content_filter": "content_filter"}
+# The reason a response cut by the gateway's own output limits reports: the closest the
+# spec has (the SDK's `incomplete_details.reason` is a closed set).
+LIMIT_REASON = "max_output_tokens"
+
+
+class OutputLimits:
+    """What one backend answer may make a turn hold: characters of output, output items.
+
+    Characters are counted as decoded (text, reasoning, refusal, tool call ids, names and
+    arguments): what the gateway keeps in memory, and the size of the answer for ASCII.
+    """
+
+    __slots__ = ("max_chars", "max_items")
+
+    def __init__(self, max_chars: int = 16 * 1024 * 1024, max_items: int = 2048) -> None:
+        self.max_chars = max_chars
+        self.max_items = max_items
 
 
 class Part:

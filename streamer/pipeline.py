@@ -4,10 +4,15 @@
 the request for the backend and builds the `OutputItemStreamer`. `stream_events` runs
 the turn against an upstream and yields batches of encoded events; `collect` is the
 same run for non-streaming requests. Every frontend goes through these three.
+
+The turn owns what a backend may make it hold: the streamer counts output characters
+and items (`OutputLimits`) and `stream_events` acts on them, and on the turn's deadline
+(`TurnClock`), ending the turn and cutting the backend at once.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
@@ -19,6 +24,7 @@ from .errors import RequestError, invalid
 from .events import Event
 from .lowering import LoweringOptions, lower, normalize_input
 from .output import OutputItemStreamer
+from .output_items import OutputLimits
 from .response import new_response
 from .tools import NamingConfig, ResponsesToolNames
 
@@ -60,6 +66,9 @@ class TurnOptions:
     naming: NamingConfig = field(default_factory=NamingConfig)
     lowering: LoweringOptions = field(default_factory=LoweringOptions)
     max_input_items: int = 10_000
+    max_output_bytes: int = 16 * 1024 * 1024  # see OutputLimits
+    max_output_items: int = 2048
+    max_turn_seconds: float = 3600.0
 
 
 @dataclass(slots=True)
@@ -73,6 +82,7 @@ class Turn:
     streamer: OutputItemStreamer
     headers: dict[str, str] = field(default_factory=dict)
     client: str = ""  # who asked (streamer.identity): pools and stored responses are per client
+    max_seconds: float = 3600.0  # the turn's deadline, from its start (TurnOptions)
 
     @property
     def response(self) -> dict[str, Any]:
@@ -240,7 +250,97 @@ def prepare(
     names = ResponsesToolNames.convert(request.get("tools"), items, config=options.naming)
     chat_request = lower(request, items, names, options.lowering)
     response = new_response(request, response_id=response_id)
-    return Turn(request, items, names, chat_request, OutputItemStreamer(names, response))
+    limits = OutputLimits(options.max_output_bytes, options.max_output_items)
+    streamer = OutputItemStreamer(names, response, limits=limits)
+    return Turn(request, items, names, chat_request, streamer, max_seconds=options.max_turn_seconds)
+
+
+class TurnTimeout(Exception):
+    """The turn ran past `--max-turn-seconds`."""
+
+
+class TurnClock:
+    """One timer for the whole turn (not one per read: reads are the per-token path).
+
+    The turn sets `waiting` around each wait on the backend. At the deadline the clock
+    cancels the turn's task if it is waiting (so the backend is cut at once), else it
+    only sets `expired`, which the next wait checks; a write to a slow client is never
+    interrupted. `timed_out` tells the deadline's cancellation from anybody else's.
+    """
+
+    __slots__ = ("_fired", "_handle", "_task", "expired", "seconds", "waiting")
+
+    def __init__(self, seconds: float) -> None:
+        self.seconds = seconds
+        self.expired = False
+        self.waiting = False
+        self._fired = False  # it cancelled the task
+        self._task = asyncio.current_task()
+        self._handle = asyncio.get_running_loop().call_later(seconds, self._expire)
+
+    def _expire(self) -> None:
+        self.expired = True
+        task = self._task
+        # a task being cancelled already is left to that cancellation
+        if self.waiting and task is not None and not task.cancelling():
+            self._fired = True
+            task.cancel()
+
+    def timed_out(self, error: BaseException | None) -> bool:
+        """Whether the wait that ended (with `error`, or none) ran into the deadline; the
+        deadline's own cancellation is taken back, anybody else's is left to propagate."""
+        self.waiting = False
+        if self._fired:
+            self._fired = False
+            uncancelled = self._task is not None and self._task.uncancel() == 0
+            return uncancelled or not isinstance(error, asyncio.CancelledError)
+        return self.expired and not isinstance(error, asyncio.CancelledError)
+
+    def close(self) -> None:
+        self._handle.cancel()
+
+
+async def _open(turn: Turn, upstream: Upstream, clock: TurnClock, on_raw: Any) -> UpstreamStream:
+    """Open the backend request within the turn's deadline (504 past it)."""
+    headers = turn.headers or None
+    clock.waiting = True
+    try:
+        if on_raw is None:  # the client picks the backend connections: only its own use them
+            stream = await upstream.open(turn.chat_request, headers=headers, client=turn.client)
+        else:  # record the backend's bytes as they come (`--tap-dir`)
+            stream = await upstream.open(
+                turn.chat_request, headers=headers, on_raw=on_raw, client=turn.client
+            )
+    except BaseException as exc:
+        if clock.timed_out(exc):
+            raise _timeout_error(turn, clock) from None
+        raise
+    if clock.timed_out(None):  # it answered, but too late: let go of it
+        await stream.aclose()
+        raise _timeout_error(turn, clock)
+    return stream
+
+
+def _timed_out(turn: Turn, clock: TurnClock) -> str:
+    """The log line and the message for a turn past its deadline."""
+    log.warning("turn %s: past --max-turn-seconds (%g s)", turn.response["id"], clock.seconds)
+    return f"The response took longer than the gateway allows ({clock.seconds:g} s)."
+
+
+def _timeout_error(turn: Turn, clock: TurnClock) -> RequestError:
+    message = _timed_out(turn, clock)
+    return RequestError(message, status=504, type="server_error", code="turn_timeout")
+
+
+def _limit_hit(turn: Turn) -> list[Event]:
+    """The backend's answer went past an output limit: end `incomplete`, say which in the log."""
+    streamer = turn.streamer
+    log.warning(
+        "turn %s: the backend's answer went past --%s; ended incomplete",
+        turn.response["id"],
+        (streamer.exceeded or "").replace("_", "-"),
+    )
+    return streamer.cut()
 
 
 async def stream_events(
@@ -253,44 +353,85 @@ async def stream_events(
     Closing this generator (the client went away) closes the backend request at once.
     """
     streamer = turn.streamer
-    headers = turn.headers or None
-    if on_raw is None:  # the client picks the backend connections: only its own requests use them
-        stream = await upstream.open(turn.chat_request, headers=headers, client=turn.client)
-    else:  # record the backend's bytes as they come (`--tap-dir`)
-        stream = await upstream.open(
-            turn.chat_request, headers=headers, on_raw=on_raw, client=turn.client
-        )
+    clock = TurnClock(turn.max_seconds)
+    try:
+        stream = await _open(turn, upstream, clock, on_raw)
+    except BaseException:
+        clock.close()
+        raise
     unsent = streamer.start()  # events made but not yet yielded: a failure sends them first
     try:
-        deltas_of = aiter(stream)
+        next_batch = aiter(stream).__anext__
         if stream.ready:  # the first deltas are there already: they leave with `created`
             with contextlib.suppress(StopAsyncIteration):
-                unsent += streamer.feed(await anext(deltas_of))
-            if stream.exhausted:
-                unsent += streamer.finish()
+                unsent += streamer.feed(await _next(next_batch, clock))
+            unsent += _settle(turn, stream)
         first, unsent = unsent, []
         yield first
         if streamer.done:
             return
-        async for deltas in deltas_of:
+        while True:
+            if clock.expired:
+                raise TurnTimeout
+            clock.waiting = True
+            try:
+                deltas = await next_batch()
+            except StopAsyncIteration:
+                clock.waiting = False
+                break
+            except BaseException as exc:
+                if clock.timed_out(exc):
+                    raise TurnTimeout from None
+                raise
+            clock.waiting = False
             events = streamer.feed(deltas)
-            if stream.exhausted:  # the end is in: the terminal event leaves in this write
-                events += streamer.finish()
+            if streamer.exceeded or stream.exhausted:  # the terminal event leaves in this write
+                events += _settle(turn, stream)
             if events:
                 yield events
             if streamer.done:
                 return
-        yield streamer.finish()
-    except RequestError as exc:
-        yield unsent + streamer.fail(exc.code or "server_error", exc.message)
-    except Exception:
-        # A bug must still end the stream well-formed, never as a torn connection.
-        log.exception("turn %s failed", turn.response["id"])
-        yield unsent + streamer.fail(
-            "server_error", "The gateway failed while streaming the response."
-        )
+        yield _settle(turn, stream) or streamer.finish()
+    except Exception as exc:
+        yield unsent + _failed(turn, exc, clock)
     finally:
-        await stream.aclose()
+        clock.close()
+        await stream.aclose()  # cuts the backend unless its answer was read whole
+
+
+async def _next(next_batch: Callable[[], Any], clock: TurnClock) -> list[Delta]:
+    """One batch of deltas within the turn's deadline."""
+    clock.waiting = True
+    try:
+        deltas: list[Delta] = await next_batch()
+    except BaseException as exc:
+        if clock.timed_out(exc):
+            raise TurnTimeout from None
+        raise
+    if clock.timed_out(None):
+        raise TurnTimeout
+    return deltas
+
+
+def _failed(turn: Turn, exc: Exception, clock: TurnClock) -> list[Event]:
+    """The turn's end when its run raised: past the deadline, refused, or a bug."""
+    streamer = turn.streamer
+    if isinstance(exc, TurnTimeout):
+        return streamer.fail("turn_timeout", _timed_out(turn, clock))
+    if isinstance(exc, RequestError):
+        return streamer.fail(exc.code or "server_error", exc.message)
+    # A bug must still end the stream well-formed, never as a torn connection.
+    log.error("turn %s failed", turn.response["id"], exc_info=exc)
+    return streamer.fail("server_error", "The gateway failed while streaming the response.")
+
+
+def _settle(turn: Turn, stream: UpstreamStream) -> list[Event]:
+    """The terminal events once the streamer is past a limit or the backend is done."""
+    if turn.streamer.exceeded:
+        return _limit_hit(turn)
+    if stream.exhausted:
+        return turn.streamer.finish()
+    return []
 
 
 async def collect(events: AsyncIterator[list[Event]], turn: Turn) -> dict[str, Any]:

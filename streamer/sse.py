@@ -8,6 +8,10 @@ because a backend that drops the final blank line still meant its last chunk.
 It works on bytes and decodes each event's data once: line ends are ASCII, so a chunk
 boundary inside a UTF-8 sequence can only fall inside a pending line, never across a
 decoded one.
+
+Decoding is linear in the bytes fed, however long a line: a pending partial line grows
+in place (a bytearray) while reads without a line end arrive, and is copied out once,
+when its end comes. `copied` counts the pending bytes moved, for the tests.
 """
 
 from __future__ import annotations
@@ -36,7 +40,17 @@ class SSEError(ValueError):
 class SSEDecoder:
     """Feed raw bytes as they arrive; get back the events completed by each chunk."""
 
-    __slots__ = ("_buf", "_data", "_data_size", "_event", "_first", "_raw", "_skip_lf", "max_size")
+    __slots__ = (
+        "_buf",
+        "_data",
+        "_data_size",
+        "_event",
+        "_first",
+        "_raw",
+        "_skip_lf",
+        "copied",
+        "max_size",
+    )
 
     def __init__(self, max_size: int = DEFAULT_MAX_SIZE) -> None:
         self.max_size = max_size
@@ -46,7 +60,10 @@ class SSEDecoder:
         self._event: bytes | None = None
         self._skip_lf = False  # the previous chunk ended in \r: a leading \n belongs to it
         self._first = True  # the next complete line is the stream's first (BOM check)
-        self._raw = b""  # an unparsed tail left by the fast path
+        # An unparsed tail left by the fast path: bytes, or a bytearray once it is known to
+        # be one partial line (no line end), which then grows in place.
+        self._raw: bytes | bytearray = b""
+        self.copied = 0  # bytes of pending input copied again (linear: a few per byte fed)
 
     def feed(self, chunk: bytes) -> list[SSEMessage]:
         """The events completed by `chunk`."""
@@ -63,8 +80,20 @@ class SSEDecoder:
         This is the upstream's hot path: a JSON decoder takes the bytes as they are, so
         the common event costs no decoding and no object here at all.
         """
-        if self._raw:
-            chunk = self._raw + chunk
+        raw = self._raw
+        if raw:
+            if b"\n" not in chunk and b"\r" not in chunk:
+                if raw.__class__ is bytes:
+                    if b"\n" in raw:  # whole lines pend too: the general path keeps them
+                        return self._feed_pending(raw, chunk)
+                    raw = self._raw = bytearray(raw)  # once per line: grows in place now
+                    self.copied += len(raw)
+                raw += chunk  # type: ignore[operator]
+                if len(raw) > self.max_size:
+                    raise SSEError(f"an event-stream line exceeded {self.max_size} bytes")
+                return []
+            self.copied += len(raw)
+            chunk = b"".join((raw, chunk))  # the pending line ends here: copied out once
             self._raw = b""
         elif self._first and not self._buf and (len(chunk) >= 3 or not _BOM.startswith(chunk)):
             # The stream's start is here whole: strip a BOM now, so the fast path applies
@@ -86,9 +115,15 @@ class SSEDecoder:
                     return payloads
         out: list[bytes | SSEMessage] = self._feed_lines(chunk)  # type: ignore[assignment]
         if self._buf and not (self._data or self._skip_lf) and self._event is None:
-            self._raw = bytes(self._buf)  # only a partial line pends: back to the fast path
-            self._buf.clear()
+            # only a partial line pends: back to the fast path, the buffer moved, not copied
+            self._raw, self._buf = self._buf, bytearray()
         return out
+
+    def _feed_pending(self, raw: bytes, chunk: bytes) -> list[bytes | SSEMessage]:
+        """A raw tail holding whole lines: parse it now, so it pends as parser state."""
+        self._raw = b""
+        out: list[bytes | SSEMessage] = self._feed_lines(raw)  # type: ignore[assignment]
+        return out + self._feed_lines(chunk)  # type: ignore[operator]
 
     def _feed_lines(self, chunk: bytes) -> list[SSEMessage]:
         """The general path: every line end and field kind, state kept across chunks."""
@@ -108,6 +143,7 @@ class SSEDecoder:
                 raise SSEError(f"an event-stream line exceeded {self.max_size} bytes")
             return []
         if self._buf:
+            self.copied += len(self._buf)
             self._buf += chunk[:end]
             block = bytes(self._buf)
             self._buf.clear()
@@ -122,7 +158,7 @@ class SSEDecoder:
         out = []
         if self._raw:
             raw, self._raw = self._raw, b""
-            out = self._feed_lines(raw)
+            out = self._feed_lines(bytes(raw))
         return out + self._close_lines()
 
     def _close_lines(self) -> list[SSEMessage]:

@@ -30,6 +30,7 @@ from ..deltas import Delta, UpstreamError
 from ..errors import RequestError, server_error
 from ..identity import client_identity
 from ..sse import SSEDecoder, SSEError, SSEMessage
+from .body_budget import ByteBudget
 from .chat_decode import INVALID_CHUNK, ChatChunkDecoder, decode_body, http_error
 from .connection_limit import ConnectionLimit
 from .content_coding import ContentCodingError, DecodedResponse, UnsupportedCoding, decoder_for
@@ -39,7 +40,11 @@ from .http1_wire import ConnectError, HTTPClientError, ProtocolError, ReadTimeou
 from .proxy import Proxy
 
 ERROR_BODY_LIMIT = 1 << 20  # enough for any error message; a larger body is cut
-JSON_BODY_LIMIT = 64 << 20  # a whole non-streamed completion
+# A whole non-streamed completion: 4x the default --max-output-bytes (JSON escapes, and
+# arguments are JSON in a JSON string), so an answer within the output limit always fits.
+JSON_BODY_LIMIT = 64 << 20
+JSON_BUDGET_LIMIT = 256 << 20  # all whole-JSON answers being read at once (the default)
+TOO_LARGE = "upstream_response_too_large"
 INVALID_ENCODING = "invalid_upstream_encoding"  # a compressed stream that stops decoding
 _DRAIN_LIMIT = 1 << 16  # bytes read after [DONE] to reach EOF and keep the connection
 _FIRST_BATCH, _MAX_BATCH = 4, 256  # events decoded per batch: the first few, then up to 256
@@ -70,6 +75,8 @@ class ChatUpstream:
         client_pools: int = 256,
         proxy: Proxy | None = None,
         ssl_context: ssl.SSLContext | None = None,
+        max_json_body: int = JSON_BODY_LIMIT,
+        json_budget: ByteBudget | None = None,
     ) -> None:
         self.base_url = base_url.rstrip("/")
         parts = urlsplit(self.base_url)
@@ -93,6 +100,9 @@ class ChatUpstream:
         self._ssl_context = ssl_context
         self._read_buffer = memoryview(bytearray(READ_SIZE))  # one for all pools (see Connection)
         self._chat_head = b""  # the request head up to Content-Length, without extra headers
+        self.max_json_body = max_json_body
+        # shared by every answer of this upstream (one per process): the app passes one
+        self.json_budget = json_budget or ByteBudget(JSON_BUDGET_LIMIT)
 
     def __repr__(self) -> str:
         return f"ChatUpstream({self._where()!r})"
@@ -169,19 +179,13 @@ class ChatUpstream:
                 raise await self._http_error(raw_resp)
             resp = self._decoding(raw_resp)
             if "json" in resp.content_type:
+                raw = await self._read_json(resp)
                 try:
-                    raw = await resp.read_all(JSON_BODY_LIMIT)
-                except TimeoutError:
-                    raise self._timed_out() from None
-                except ContentCodingError as exc:  # before ProtocolError: it is one
-                    raise self._undecodable(exc) from None
-                except ProtocolError as exc:
-                    raise self._invalid(exc) from None
-                except (HTTPClientError, OSError):
-                    raise self._closed_early("sending its answer") from None
-                if on_raw is not None:
-                    on_raw(raw)
-                deltas = decode_body(raw)
+                    if on_raw is not None:
+                        on_raw(bytes(raw))
+                    deltas = decode_body(raw)
+                finally:
+                    self.json_budget.give(len(raw))
                 resp.release()
                 return ChatStream(
                     None, deltas=deltas, status=resp.status, headers=dict(resp.headers)
@@ -190,6 +194,55 @@ class ChatUpstream:
             resp.release()  # kept if the whole body is in, else cut
             raise
         return ChatStream(resp, idle_timeout=self.idle_timeout, on_raw=on_raw)
+
+    async def _read_json(self, resp: Response | DecodedResponse) -> bytearray:
+        """A whole JSON body, its bytes taken from `json_budget` (the caller gives them back).
+
+        Past `max_json_body` the turn fails with a 502, past the shared budget with a 503;
+        either way the rest is not read and the connection is cut (`release`).
+        """
+        budget, cap = self.json_budget, self.max_json_body
+        declared = resp.headers.get("Content-Length")
+        if declared is not None and declared.isdigit() and int(declared) > cap:
+            raise self._too_large(cap)
+        raw = bytearray()  # grown in place and decoded as it is: the body is not copied
+        try:
+            while data := await resp.read():
+                if len(raw) + len(data) > cap:
+                    raise self._too_large(cap)
+                if not budget.take(len(data)):
+                    raise self._over_budget(budget)
+                raw += data
+        except TimeoutError:
+            budget.give(len(raw))
+            raise self._timed_out() from None
+        except ContentCodingError as exc:  # before ProtocolError: it is one
+            budget.give(len(raw))
+            raise self._undecodable(exc) from None
+        except ProtocolError as exc:
+            budget.give(len(raw))
+            raise self._invalid(exc) from None
+        except (HTTPClientError, OSError):
+            budget.give(len(raw))
+            raise self._closed_early("sending its answer") from None
+        except BaseException:
+            budget.give(len(raw))
+            raise
+        return raw
+
+    def _too_large(self, cap: int) -> RequestError:
+        message = (
+            f"The backend at {self._where()} sent a JSON answer larger than the gateway "
+            f"accepts ({cap} bytes)."
+        )
+        return server_error(message, 502, TOO_LARGE)
+
+    def _over_budget(self, budget: ByteBudget) -> RequestError:
+        message = (
+            "The gateway is holding as many whole-JSON backend answers as it may "
+            f"({budget.limit} bytes, --max-backend-json-bytes); try again shortly."
+        )
+        return server_error(message, 503, TOO_LARGE)
 
     async def get_models(self, *, headers: dict[str, str] | None = None) -> tuple[int, bytes]:
         """The backend's `GET /models`, status and body as they came (`headers`: as `open`)."""

@@ -226,7 +226,7 @@ def decode_completion(body: Any) -> list[Delta]:
     return out
 
 
-def decode_body(raw: bytes) -> list[Delta]:
+def decode_body(raw: bytes | bytearray) -> list[Delta]:
     """A whole 2xx JSON body: a completion, or an event stream mislabelled as JSON."""
     try:
         return decode_completion(orjson.loads(raw))
@@ -235,7 +235,7 @@ def decode_body(raw: bytes) -> list[Delta]:
     if raw.lstrip().startswith(b"data:"):
         sse, chat = SSEDecoder(), ChatChunkDecoder()
         try:
-            messages = sse.feed(raw) + sse.close()
+            messages = sse.feed(bytes(raw)) + sse.close()
         except SSEError:
             messages = []
         out: list[Delta] = []
