@@ -1,22 +1,42 @@
 """Secrets never leave through the backend's words: scrub them from whatever it says.
 
 A backend may echo the key it was sent (a 401 body quoting the bad key, a proxy's error
-page, a chunk). Its messages reach clients, logs, stores and recordings, so the
-upstream is wrapped once: every error raised before the stream, every error delta in
-it, every raw chunk handed to a recorder and the `/models` body have the configured
-keys (and the client's forwarded bearer token) replaced by `[redacted]`.
+page, a chunk, the answer's own text). Its words reach clients, logs, stores and
+recordings, so the upstream is wrapped once: every error raised before the stream, every
+error delta in it, every output delta (text, reasoning, refusal, tool arguments), every raw
+chunk handed to a recorder and the `/models` body have the configured keys (and the
+client's forwarded bearer token) replaced by `[redacted]`.
+
+Three rules make that hold whatever the backend does:
+- A stream is scrubbed as one text, not piece by piece: `StreamScrubber` holds back only a
+  tail that could be the start of a secret, so a key split across deltas or reads is still
+  one key. With no secret configured nothing is wrapped; with one, an ordinary piece costs
+  one regex search (C) and is passed on as it is.
+- Error text may have been cut by whoever built it (an excerpt of a body, a header line):
+  `scrub_message` also removes every run of `FRAGMENT` or more characters of a secret, so a
+  cut key leaves nothing worth having.
+- Recordings get both: whole keys across reads, and fragments within each read.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Iterable
-from typing import Any
+from typing import Any, AnyStr, Generic
 
-from .deltas import Delta, UpstreamError
+from .deltas import (
+    Delta,
+    ReasoningDelta,
+    RefusalDelta,
+    TextDelta,
+    ToolCallDelta,
+    UpstreamError,
+)
 from .errors import RequestError
 
 REDACTED = "[redacted]"
 _MIN_SECRET = 4  # shorter strings would mangle ordinary text and protect nothing
+FRAGMENT = 8  # runs of a secret this long are scrubbed from error text and recordings
 
 
 def secrets_of(values: Iterable[str | None]) -> tuple[str, ...]:
@@ -40,16 +60,113 @@ def scrub_bytes(data: bytes, secrets: tuple[str, ...]) -> bytes:
     return data
 
 
+def _fragment_spans(text: AnyStr, secrets: tuple[AnyStr, ...]) -> list[tuple[int, int]]:
+    """Merged [start, end) spans of `text` covered by a FRAGMENT-long run of a secret."""
+    covered: list[tuple[int, int]] = []
+    for secret in secrets:
+        for i in range(len(secret) - FRAGMENT + 1):
+            window = secret[i : i + FRAGMENT]
+            at = text.find(window)
+            while at >= 0:
+                covered.append((at, at + FRAGMENT))
+                at = text.find(window, at + 1)
+    covered.sort()
+    merged: list[tuple[int, int]] = []
+    for start, end in covered:
+        if merged and start <= merged[-1][1]:
+            merged[-1] = (merged[-1][0], max(end, merged[-1][1]))
+        else:
+            merged.append((start, end))
+    return merged
+
+
+def scrub_fragments(text: AnyStr, secrets: tuple[AnyStr, ...], redacted: AnyStr) -> AnyStr:
+    """`text` with every run of FRAGMENT or more characters of a secret replaced."""
+    spans = _fragment_spans(text, secrets)
+    if not spans:
+        return text
+    parts: list[AnyStr] = []
+    last = 0
+    for start, end in spans:
+        parts += (text[last:start], redacted)
+        last = end
+    parts.append(text[last:])
+    return redacted[:0].join(parts)
+
+
+def scrub_message(text: str, secrets: tuple[str, ...]) -> str:
+    """Error text: whole secrets, then any cut-off run of one (someone may have truncated it)."""
+    return scrub_fragments(scrub(text, secrets), secrets, REDACTED)
+
+
 def scrub_error(exc: RequestError, secrets: tuple[str, ...]) -> RequestError:
     """The same error with every backend-chosen string scrubbed (in place)."""
-    exc.message = scrub(exc.message, secrets)
+    exc.message = scrub_message(exc.message, secrets)
     exc.args = (exc.message,)
     for attr in ("param", "code", "type"):
         value = getattr(exc, attr)
         if isinstance(value, str):
-            setattr(exc, attr, scrub(value, secrets))
-    exc.headers = {k: scrub(v, secrets) for k, v in exc.headers.items()}
+            setattr(exc, attr, scrub_message(value, secrets))
+    exc.headers = {k: scrub_message(v, secrets) for k, v in exc.headers.items()}
     return exc
+
+
+def _danger(secrets: tuple[AnyStr, ...], *, whole: bool) -> re.Pattern[AnyStr]:
+    """A pattern for a tail of a text that is a proper prefix of a secret (and, if `whole`,
+    for a whole secret anywhere): `s(?:k(?:-(?:…)?)?)?$`, one alternative per secret."""
+    alternatives = []
+    for secret in secrets:
+        tail = secret[:0]
+        for i in range(len(secret) - 1, 0, -1):  # innermost (longest prefix) first
+            optional = b"(?:%s)?" if isinstance(secret, bytes) else "(?:%s)?"
+            tail = re.escape(secret[i - 1 : i]) + (optional % tail if tail else tail)
+        alternatives.append(tail + (rb"\Z" if isinstance(secret, bytes) else r"\Z"))
+        if whole:
+            alternatives.append(re.escape(secret))
+    bar = b"|" if isinstance(secrets[0], bytes) else "|"
+    return re.compile(bar.join(alternatives))
+
+
+class StreamScrubber(Generic[AnyStr]):
+    """One stream of text (or bytes) scrubbed as a whole, piece by piece.
+
+    `feed` returns what can be passed on now; only a tail that could be the start of a
+    secret is held back, and `flush` returns it at the end (scrubbed: a prefix alone is
+    not the secret). `fragments`: also scrub FRAGMENT-long runs of a secret (recordings).
+    """
+
+    __slots__ = ("_danger", "_fragments", "_redacted", "_secrets", "_tail", "held")
+
+    def __init__(self, secrets: tuple[AnyStr, ...], *, fragments: bool = False) -> None:
+        self._secrets = secrets
+        self._danger = _danger(secrets, whole=True)
+        self._tail = _danger(secrets, whole=False)
+        self._fragments = fragments
+        self._redacted: AnyStr = (
+            REDACTED.encode() if isinstance(secrets[0], bytes) else REDACTED  # type: ignore[assignment]
+        )
+        self.held: AnyStr = secrets[0][:0]
+
+    def feed(self, piece: AnyStr) -> AnyStr:
+        if self.held:
+            piece, self.held = self.held + piece, self.held[:0]
+        elif self._danger.search(piece) is None and not self._fragments:
+            return piece  # the common case: one search, nothing to do
+        for secret in self._secrets:
+            if secret in piece:
+                piece = piece.replace(secret, self._redacted)
+        tail = self._tail.search(piece)
+        if tail is not None:
+            piece, self.held = piece[: tail.start()], piece[tail.start() :]
+        if self._fragments:
+            piece = scrub_fragments(piece, self._secrets, self._redacted)
+        return piece
+
+    def flush(self) -> AnyStr:
+        held, self.held = self.held, self.held[:0]
+        # the stream ended inside what looked like a secret: a long enough start of one
+        # is a fragment worth hiding
+        return self._redacted if len(held) >= FRAGMENT else held
 
 
 def bearer_token(headers: dict[str, str] | None) -> str | None:
@@ -74,42 +191,49 @@ class RedactingUpstream:
     def __repr__(self) -> str:
         return f"RedactingUpstream({self.inner!r})"
 
+    def _secrets_for(self, headers: dict[str, str] | None) -> tuple[str, ...]:
+        token = bearer_token(headers)
+        return secrets_of((*self.secrets, token)) if token else self.secrets
+
     async def open(
         self,
         chat_request: dict[str, Any],
         *,
         headers: dict[str, str] | None = None,
         on_raw: Callable[[bytes], None] | None = None,
+        **options: Any,
     ) -> Any:
-        secrets = self.secrets
-        token = bearer_token(headers)
-        if token:
-            secrets = secrets_of((*secrets, token))
+        """The inner `open`; `options` (e.g. `client=`) pass through untouched."""
+        secrets = self._secrets_for(headers)
+        recording: _RecordingScrubber | None = None
         if on_raw is not None and secrets:
-            record = on_raw
-
-            def on_raw(data: bytes) -> None:
-                record(scrub_bytes(data, secrets))
-
-        kwargs: dict[str, Any] = {"headers": headers}
+            recording = _RecordingScrubber(on_raw, secrets)
+            on_raw = recording.feed
+        kwargs: dict[str, Any] = {"headers": headers, **options}
         if on_raw is not None:
             kwargs["on_raw"] = on_raw
         try:
             stream = await self.inner.open(chat_request, **kwargs)
         except RequestError as exc:
+            if recording is not None:
+                recording.flush()
             raise scrub_error(exc, secrets) from None
-        return _RedactingStream(stream, secrets) if secrets else stream
+        except BaseException:
+            if recording is not None:
+                recording.flush()
+            raise
+        return _RedactingStream(stream, secrets, recording) if secrets else stream
 
     async def get_models(self, *, headers: dict[str, str] | None = None) -> tuple[int, bytes]:
-        secrets = self.secrets
-        token = bearer_token(headers)
-        if token:
-            secrets = secrets_of((*secrets, token))
+        secrets = self._secrets_for(headers)
         try:
             status, body = await self.inner.get_models(headers=headers)
         except RequestError as exc:
             raise scrub_error(exc, secrets) from None
-        return status, scrub_bytes(body, secrets)
+        if secrets:
+            raw = tuple(secret.encode() for secret in secrets)
+            body = scrub_fragments(scrub_bytes(body, secrets), raw, REDACTED.encode())
+        return status, body
 
     async def ping(self) -> bool:
         return bool(await self.inner.ping())
@@ -118,12 +242,48 @@ class RedactingUpstream:
         await self.inner.close()
 
 
-class _RedactingStream:
-    """The inner stream, with its failure deltas and errors scrubbed."""
+class _RecordingScrubber:
+    """The raw bytes on their way to a recorder, scrubbed across reads (see StreamScrubber)."""
 
-    def __init__(self, inner: Any, secrets: tuple[str, ...]) -> None:
+    __slots__ = ("_record", "_scrubber")
+
+    def __init__(self, record: Callable[[bytes], None], secrets: tuple[str, ...]) -> None:
+        self._record = record
+        raw = tuple(secret.encode() for secret in secrets)
+        self._scrubber: StreamScrubber[bytes] = StreamScrubber(raw, fragments=True)
+
+    def feed(self, data: bytes) -> None:
+        data = self._scrubber.feed(data)
+        if data:
+            self._record(data)
+
+    def flush(self) -> None:
+        """The held tail, once the stream is over (the recording stays whole)."""
+        rest = self._scrubber.flush()
+        if rest:
+            self._record(rest)
+
+
+_TEXTS = (TextDelta, ReasoningDelta, RefusalDelta)
+
+
+class _RedactingStream:
+    """The inner stream with every backend-chosen string scrubbed, output text included.
+
+    The output is scrubbed as one text per channel (text, reasoning, refusal, one tool
+    call's arguments): a delta of another channel, a finish or the end of the stream
+    first flushes the tail held back from the previous one.
+    """
+
+    def __init__(
+        self, inner: Any, secrets: tuple[str, ...], recording: _RecordingScrubber | None = None
+    ) -> None:
         self.inner = inner
         self.secrets = secrets
+        self._recording = recording
+        self._scrubber: StreamScrubber[str] = StreamScrubber(secrets)
+        self._channel: Delta | None = None  # the last output delta: its kind and tool index
+        self._ended = False
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.inner, name)
@@ -131,18 +291,67 @@ class _RedactingStream:
     def __aiter__(self) -> _RedactingStream:
         return self
 
+    @property
+    def exhausted(self) -> bool:
+        return not self._scrubber.held and self.inner.exhausted
+
     async def __anext__(self) -> list[Delta]:
+        if self._ended:
+            raise StopAsyncIteration
         try:
             batch = await self.inner.__anext__()
         except RequestError as exc:
             raise scrub_error(exc, self.secrets) from None
-        # A failure is always the batch's last delta (the stream ends there): one check
-        # per batch, not one per delta.
-        if batch and type(batch[-1]) is UpstreamError:
-            delta = batch[-1]
-            delta.message = scrub(delta.message, self.secrets)
-            delta.code = scrub(delta.code, self.secrets)
-        return batch
+        except StopAsyncIteration:
+            self._ended = True
+            rest = self._flush()
+            if rest:
+                return rest
+            raise
+        return self._scrub_batch(batch)
+
+    def _scrub_batch(self, batch: list[Delta]) -> list[Delta]:
+        out: list[Delta] = []
+        append = out.append
+        feed = self._scrubber.feed
+        channel = self._channel
+        for delta in batch:
+            cls = delta.__class__
+            if cls is ToolCallDelta:
+                if channel is None or channel.__class__ is not cls or channel.index != delta.index:  # type: ignore[union-attr]
+                    out += self._flush()
+                    channel = self._channel = delta
+                delta.arguments = feed(delta.arguments)  # type: ignore[union-attr]
+                if delta.arguments or delta.id or delta.name:  # type: ignore[union-attr]
+                    append(delta)
+            elif cls in _TEXTS:
+                if channel is None or channel.__class__ is not cls:
+                    out += self._flush()
+                    channel = self._channel = delta
+                delta.text = feed(delta.text)  # type: ignore[union-attr]
+                if delta.text:  # type: ignore[union-attr]
+                    append(delta)
+            else:  # finish, usage, failure: the output before it is over
+                out += self._flush()
+                channel = None
+                if cls is UpstreamError:
+                    delta.message = scrub_message(delta.message, self.secrets)  # type: ignore[union-attr]
+                    delta.code = scrub_message(delta.code, self.secrets)  # type: ignore[union-attr]
+                append(delta)
+        return out
+
+    def _flush(self) -> list[Delta]:
+        """The held tail of the current channel, as one more delta of it."""
+        channel, self._channel = self._channel, None
+        rest = self._scrubber.flush()
+        if not rest or channel is None:
+            return []
+        if channel.__class__ is ToolCallDelta:
+            return [ToolCallDelta(channel.index, None, None, rest)]  # type: ignore[union-attr]
+        return [channel.__class__(rest)]  # type: ignore[call-arg]
 
     async def aclose(self) -> None:
+        if self._recording is not None:
+            self._recording.flush()
+            self._recording = None
         await self.inner.aclose()

@@ -25,6 +25,7 @@ import orjson
 
 from ..deltas import Delta, UpstreamError
 from ..errors import RequestError, server_error
+from ..redact import secrets_of
 from ..sse import SSEDecoder, SSEError, SSEMessage
 from .chat_decode import INVALID_CHUNK, ChatChunkDecoder, decode_body, http_error
 from .http1 import Response
@@ -123,7 +124,7 @@ class ChatUpstream:
         resp = await self._request(head + data, self.idle_timeout)
         try:
             if resp.status >= 300:
-                raise await _http_error(resp)
+                raise await _http_error(resp, self._api_key)
             if "json" in resp.content_type:
                 try:
                     raw = await resp.read_all(JSON_BODY_LIMIT)
@@ -408,15 +409,16 @@ class ChatStream:
         resp.release()  # kept if the whole body is in, else cut
 
 
-async def _http_error(resp: Response) -> RequestError:
-    """A backend's non-2xx answer, with its status, message, type, code and param kept."""
+async def _http_error(resp: Response, api_key: str | None = None) -> RequestError:
+    """A backend's non-2xx answer, with its status, message, type, code and param kept
+    (and the backend key scrubbed from its text before that is cut)."""
     if resp.status < 400:
         return http_error(resp.status, b"", resp.headers)
     try:
         raw = await resp.read_all(ERROR_BODY_LIMIT)
     except (TimeoutError, HTTPClientError, OSError):
         raw = b""
-    exc = http_error(resp.status, raw, resp.headers)
+    exc = http_error(resp.status, raw, resp.headers, secrets_of((api_key,)))
     if exc.status == 429 and exc.code is None:  # clients key on it, as on OpenAI's own 429s
         exc.code = "rate_limit_exceeded"
     return exc
