@@ -20,8 +20,8 @@ Three rules make that hold whatever the backend does:
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable, Iterable
+from types import NoneType
 from typing import Any, AnyStr, Generic
 
 from .deltas import (
@@ -111,61 +111,66 @@ def scrub_error(exc: RequestError, secrets: tuple[str, ...]) -> RequestError:
     return exc
 
 
-def _danger(secrets: tuple[AnyStr, ...], *, whole: bool) -> re.Pattern[AnyStr]:
-    """A pattern for a tail of a text that is a proper prefix of a secret (and, if `whole`,
-    for a whole secret anywhere): `s(?:k(?:-(?:…)?)?)?$`, one alternative per secret."""
-    alternatives = []
-    for secret in secrets:
-        tail = secret[:0]
-        for i in range(len(secret) - 1, 0, -1):  # innermost (longest prefix) first
-            optional = b"(?:%s)?" if isinstance(secret, bytes) else "(?:%s)?"
-            tail = re.escape(secret[i - 1 : i]) + (optional % tail if tail else tail)
-        alternatives.append(tail + (rb"\Z" if isinstance(secret, bytes) else r"\Z"))
-        if whole:
-            alternatives.append(re.escape(secret))
-    bar = b"|" if isinstance(secrets[0], bytes) else "|"
-    return re.compile(bar.join(alternatives))
-
-
 class StreamScrubber(Generic[AnyStr]):
     """One stream of text (or bytes) scrubbed as a whole, piece by piece.
 
     `feed` returns what can be passed on now; only a tail that could be the start of a
-    secret is held back, and `flush` returns it at the end (scrubbed: a prefix alone is
-    not the secret). `fragments`: also scrub FRAGMENT-long runs of a secret (recordings).
+    secret is held back, and `flush` returns it at the end (a start of FRAGMENT or more
+    characters is redacted: the stream stopped inside a secret). `fragments`: also scrub
+    FRAGMENT-long runs of a secret within each piece (recordings).
     """
 
-    __slots__ = ("_danger", "_fragments", "_redacted", "_secrets", "_tail", "held")
+    __slots__ = ("_ends", "_fragments", "_redacted", "_secrets", "_shortest", "held")
 
     def __init__(self, secrets: tuple[AnyStr, ...], *, fragments: bool = False) -> None:
         self._secrets = secrets
-        self._danger = _danger(secrets, whole=True)
-        self._tail = _danger(secrets, whole=False)
+        self._shortest = min(map(len, secrets))
+        # Every proper prefix of a secret (what a held tail may be), by its last character:
+        # a piece can only end in one if its own last character has an entry here.
+        ends: dict[AnyStr, list[AnyStr]] = {}
+        for secret in secrets:
+            for i in range(1, len(secret)):
+                ends.setdefault(secret[i - 1 : i], []).append(secret[:i])
+        self._ends = {last: tuple(sorted(p, key=len, reverse=True)) for last, p in ends.items()}
         self._fragments = fragments
         self._redacted: AnyStr = (
             REDACTED.encode() if isinstance(secrets[0], bytes) else REDACTED  # type: ignore[assignment]
         )
         self.held: AnyStr = secrets[0][:0]
 
+    def passes(self, piece: AnyStr) -> bool:
+        """Whether `feed` would pass `piece` on unchanged, holding nothing: the common case,
+        a token shorter than any secret that does not end like the start of one (one
+        dictionary lookup and, if its last character is in a secret, one C-level check)."""
+        if self.held or len(piece) >= self._shortest or self._fragments:
+            return False
+        ends = self._ends.get(piece[-1:])
+        return ends is None or not piece.endswith(ends)
+
     def feed(self, piece: AnyStr) -> AnyStr:
+        if self.passes(piece):
+            return piece
         if self.held:
             piece, self.held = self.held + piece, self.held[:0]
-        elif self._danger.search(piece) is None and not self._fragments:
-            return piece  # the common case: one search, nothing to do
         for secret in self._secrets:
             if secret in piece:
                 piece = piece.replace(secret, self._redacted)
-        tail = self._tail.search(piece)
-        if tail is not None:
-            piece, self.held = piece[: tail.start()], piece[tail.start() :]
+        at = self._tail(piece)
+        if at >= 0:
+            piece, self.held = piece[:at], piece[at:]
         if self._fragments:
             piece = scrub_fragments(piece, self._secrets, self._redacted)
         return piece
 
+    def _tail(self, piece: AnyStr) -> int:
+        """Where the longest tail of `piece` that is a proper prefix of a secret starts, or -1."""
+        for prefix in self._ends.get(piece[-1:], ()):  # longest first
+            if piece.endswith(prefix):
+                return len(piece) - len(prefix)
+        return -1
+
     def flush(self) -> AnyStr:
         held, self.held = self.held, self.held[:0]
-        # the stream ended inside what looked like a secret: a long enough start of one
-        # is a fragment worth hiding
         return self._redacted if len(held) >= FRAGMENT else held
 
 
@@ -311,29 +316,58 @@ class _RedactingStream:
         return self._scrub_batch(batch)
 
     def _scrub_batch(self, batch: list[Delta]) -> list[Delta]:
-        out: list[Delta] = []
+        """The batch as it is while every delta continues the current channel and passes
+        (`StreamScrubber.passes`, inlined: this runs once per delta); from the first that
+        does not, the rest goes through `_scrub_from`."""
+        scrubber = self._scrubber
+        channel = self._channel
+        kind = channel.__class__
+        if scrubber.held or kind is NoneType:
+            return self._scrub_from(batch, 0)
+        ends, shortest = scrubber._ends, scrubber._shortest
+        tool = kind is ToolCallDelta
+        index = channel.index if tool else 0  # type: ignore[union-attr]
+        i = -1  # a counter is cheaper than enumerate here
+        for delta in batch:
+            i += 1
+            if delta.__class__ is not kind:
+                return self._scrub_from(batch, i)
+            if tool:
+                if delta.index != index:  # type: ignore[union-attr]
+                    return self._scrub_from(batch, i)
+                piece = delta.arguments  # type: ignore[union-attr]
+            else:
+                piece = delta.text  # type: ignore[union-attr]
+            if not piece or len(piece) >= shortest:
+                return self._scrub_from(batch, i)
+            tails = ends.get(piece[-1])  # an index, not a slice: no new string
+            if tails is not None and piece.endswith(tails):
+                return self._scrub_from(batch, i)
+        return batch
+
+    def _scrub_from(self, batch: list[Delta], start: int) -> list[Delta]:
+        out = batch[:start]
         append = out.append
         feed = self._scrubber.feed
-        channel = self._channel
-        for delta in batch:
+        for delta in batch[start:]:
             cls = delta.__class__
+            channel = self._channel
             if cls is ToolCallDelta:
-                if channel is None or channel.__class__ is not cls or channel.index != delta.index:  # type: ignore[union-attr]
+                if channel.__class__ is not cls or channel.index != delta.index:  # type: ignore[union-attr]
                     out += self._flush()
-                    channel = self._channel = delta
+                    self._channel = delta
                 delta.arguments = feed(delta.arguments)  # type: ignore[union-attr]
                 if delta.arguments or delta.id or delta.name:  # type: ignore[union-attr]
                     append(delta)
             elif cls in _TEXTS:
-                if channel is None or channel.__class__ is not cls:
+                if channel.__class__ is not cls:
                     out += self._flush()
-                    channel = self._channel = delta
+                    self._channel = delta
                 delta.text = feed(delta.text)  # type: ignore[union-attr]
                 if delta.text:  # type: ignore[union-attr]
                     append(delta)
             else:  # finish, usage, failure: the output before it is over
                 out += self._flush()
-                channel = None
                 if cls is UpstreamError:
                     delta.message = scrub_message(delta.message, self.secrets)  # type: ignore[union-attr]
                     delta.code = scrub_message(delta.code, self.secrets)  # type: ignore[union-attr]

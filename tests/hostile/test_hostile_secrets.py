@@ -5,7 +5,7 @@ gets (SSE, JSON, WebSocket, headers included), the stored response, the `--tap-d
 recording and the logs. Fragments count: every substring of the key of 8 characters is
 looked for, and none may appear. The backend is a raw TCP one, so it can put the key
 where it hurts: across the cut of a long error text, across the cut of a malformed chunk's
-quote, across two reads of an error, across output deltas (text, reasoning, refusal, tool
+quote or of a bad header line, across two reads of an error, across output deltas (text, reasoning, refusal, tool
 arguments) and in a whole JSON completion.
 """
 
@@ -61,6 +61,8 @@ class Scenario:
 
 def scenarios() -> list[Scenario]:
     long_text = "upstream proxy error: " + "x" * (500 - 22 - 10) + KEY + " (rejected)" + "y" * 300
+    # the HTTP client quotes 80 bytes of a bad header line: the key straddles the cut
+    bad_header = b"HTTP/1.1 200 OK\r\nX-Echo: " + b"q" * 60 + KEY.encode() + b"\0\r\n\r\n"
     bad_chunk = b"data: {oops " + b"z" * (120 - 12 - 9) + KEY.encode() + b" rest}\n\n"
     error = orjson.dumps({"error": {"message": f"bad key {KEY}", "code": "invalid_api_key"}})
     cut = error.index(KEY.encode()) + HALF
@@ -89,6 +91,7 @@ def scenarios() -> list[Scenario]:
             [http_response(long_text.encode(), status="500 Oops", content_type="text/plain")],
         ),
         Scenario("malformed chunk", [sse_head() + chunked(bad_chunk) + chunked(b"")]),
+        Scenario("bad header line", [bad_header]),
         Scenario("error split over reads", split_error),
         Scenario("text", streamed("content", f"The key is {KEY}, keep it.")),
         Scenario("reasoning", streamed("reasoning_content", f"I was sent {KEY} as key")),
