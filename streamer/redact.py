@@ -20,6 +20,7 @@ Three rules make that hold whatever the backend does:
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Iterable
 from types import NoneType
 from typing import Any, AnyStr, Generic
@@ -111,6 +112,17 @@ def scrub_error(exc: RequestError, secrets: tuple[str, ...]) -> RequestError:
     return exc
 
 
+@functools.lru_cache(maxsize=64)  # one per set of secrets, not one per request
+def _prefixes_by_last(secrets: tuple[AnyStr, ...]) -> dict[AnyStr, tuple[AnyStr, ...]]:
+    """Every proper prefix of a secret (what a held tail may be), longest first, by its last
+    character: a piece can only end in one if its own last character has an entry here."""
+    ends: dict[AnyStr, list[AnyStr]] = {}
+    for secret in secrets:
+        for i in range(1, len(secret)):
+            ends.setdefault(secret[i - 1 : i], []).append(secret[:i])
+    return {last: tuple(sorted(p, key=len, reverse=True)) for last, p in ends.items()}
+
+
 class StreamScrubber(Generic[AnyStr]):
     """One stream of text (or bytes) scrubbed as a whole, piece by piece.
 
@@ -125,13 +137,7 @@ class StreamScrubber(Generic[AnyStr]):
     def __init__(self, secrets: tuple[AnyStr, ...], *, fragments: bool = False) -> None:
         self._secrets = secrets
         self._shortest = min(map(len, secrets))
-        # Every proper prefix of a secret (what a held tail may be), by its last character:
-        # a piece can only end in one if its own last character has an entry here.
-        ends: dict[AnyStr, list[AnyStr]] = {}
-        for secret in secrets:
-            for i in range(1, len(secret)):
-                ends.setdefault(secret[i - 1 : i], []).append(secret[:i])
-        self._ends = {last: tuple(sorted(p, key=len, reverse=True)) for last, p in ends.items()}
+        self._ends = _prefixes_by_last(secrets)
         self._fragments = fragments
         self._redacted: AnyStr = (
             REDACTED.encode() if isinstance(secrets[0], bytes) else REDACTED  # type: ignore[assignment]
