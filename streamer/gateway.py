@@ -92,26 +92,33 @@ class Gateway:
         history: Sequence[Mapping[str, Any]] | None = None,
     ) -> Turn:
         """Validate, continue from the store if asked, and lower one request."""
+        client = self.client(request) if request is not None else None
         if history is None:
-            history = await self.history(body)
+            history = await self.history(body, client)
         turn = prepare(body, self.options, history=history)
-        if request is not None:
-            turn.client = request_client(
-                request.get(CLIENT),
-                request.headers,
-                forward_authorization=self.settings.forward_authorization,
-            )
+        if client is not None:
+            turn.client = client
         if request is not None and self.settings.forward_authorization:
             auth = request.headers.get("Authorization")
             if auth:
                 turn.headers["Authorization"] = auth
         return turn
 
-    async def history(self, body: Any) -> list[dict[str, Any]]:
+    def client(self, request: web.Request) -> str:
+        """The identity a request acts as: it owns what it stores, sees only that."""
+        return request_client(
+            request.get(CLIENT),
+            request.headers,
+            forward_authorization=self.settings.forward_authorization,
+        )
+
+    async def history(self, body: Any, client: str | None = None) -> list[dict[str, Any]]:
+        """The continued response's input then output; another client's is not found."""
         previous = body.get("previous_response_id") if isinstance(body, dict) else None
         if not previous or not isinstance(previous, str):
             return []  # absent, or a type error that validation reports with its param
-        record = await self.store.get(previous)  # StoreUnavailable: a 503, never a hang
+        # StoreUnavailable: a 503, never a hang
+        record = await self.store.get(previous, owner=client)
         if record is None:
             raise previous_not_found(previous)
         return continuation(record.input_items, record.response.get("output") or [])
@@ -127,9 +134,13 @@ class Gateway:
 
 
 def stored(turn: Turn) -> StoredResponse:
-    """What the store keeps of a turn: the public response, the input as listed, the names."""
+    """What the store keeps of a turn: the public response, the input as listed, the names,
+    and who asked (the owner)."""
     return StoredResponse(
-        turn.response, [public_input_item(item) for item in turn.items], turn.names.to_json()
+        turn.response,
+        [public_input_item(item) for item in turn.items],
+        turn.names.to_json(),
+        turn.client or None,
     )
 
 

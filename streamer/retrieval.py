@@ -1,4 +1,8 @@
-"""Routes over stored responses: GET, DELETE, input_items, cancel, and stream resume."""
+"""Routes over stored responses: GET, DELETE, input_items, cancel, and stream resume.
+
+Each looks the response up as the asking client (`Gateway.client`): another client's
+response is not found, whatever the route.
+"""
 
 from __future__ import annotations
 
@@ -33,7 +37,7 @@ async def get_response(request: web.Request) -> web.StreamResponse:
     """GET /v1/responses/{id}; with `stream=true`, replay after `starting_after` and follow."""
     gateway = request.app[GATEWAY]
     response_id = request.match_info["id"]
-    response = await gateway.store.get_response(response_id)
+    response = await gateway.store.get_response(response_id, owner=gateway.client(request))
     if response is None:
         raise _not_found(response_id)
     if request.query.get("stream", "").lower() not in ("true", "1"):
@@ -49,12 +53,13 @@ async def delete_response(request: web.Request) -> web.Response:
     cannot write its record back after the delete."""
     gateway = request.app[GATEWAY]
     response_id = request.match_info["id"]
-    response = await gateway.store.get_response(response_id)
+    owner = gateway.client(request)
+    response = await gateway.store.get_response(response_id, owner=owner)
     if response is None:
         raise _not_found(response_id)
     if response.get("background") and response.get("status") in RUNNING:
         await gateway.background.cancel(response_id)
-    if not await gateway.store.delete(response_id):
+    if not await gateway.store.delete(response_id, owner=owner):
         raise _not_found(response_id)
     return json_response({"id": response_id, "object": "response", "deleted": True})
 
@@ -73,6 +78,7 @@ async def list_input_items(request: web.Request) -> web.Response:
         limit=limit,
         order=order,
         after=request.query.get("after"),  # type: ignore[arg-type]
+        owner=gateway.client(request),
     )
     if page is None:
         raise _not_found(response_id)
@@ -82,6 +88,9 @@ async def list_input_items(request: web.Request) -> web.Response:
 async def cancel_response(request: web.Request) -> web.Response:
     gateway = request.app[GATEWAY]
     response_id = request.match_info["id"]
+    # the owner is checked here: the cancel itself runs as the gateway, on any instance
+    if await gateway.store.get_response(response_id, owner=gateway.client(request)) is None:
+        raise _not_found(response_id)
     response = await gateway.background.cancel(response_id)
     if response is None:
         raise _not_found(response_id)

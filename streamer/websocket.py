@@ -294,7 +294,8 @@ class Session:
         from .store import StoreUnavailable
 
         try:
-            record = await self.gateway.store.get(previous)  # stored elsewhere: continue from it
+            # stored elsewhere: continue from it, if this socket's client owns it
+            record = await self.gateway.store.get(previous, owner=self.gateway.client(self.request))
         except StoreUnavailable as exc:
             raise RequestError(
                 f"The response store is unavailable: {exc}",

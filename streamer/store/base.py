@@ -44,30 +44,51 @@ class StoreUnavailable(Exception):
 
 @dataclass(slots=True)
 class StoredResponse:
-    """What a stored response keeps. `names` is `ResponsesToolNames.to_json()`, opaque here."""
+    """What a stored response keeps. `names` is `ResponsesToolNames.to_json()`, opaque here.
+
+    `owner` is the identity of the client that created it (streamer/identity.py); "" (an
+    anonymous gateway) or None (a record older than owners) belongs to everyone.
+    """
 
     response: dict[str, Any]
     input_items: list[dict[str, Any]] = field(default_factory=list)
     names: dict[str, Any] = field(default_factory=dict)
+    owner: str | None = None
 
     @property
     def id(self) -> str:
         return str(self.response["id"])
 
 
+def visible(record_owner: str | None, owner: str | None) -> bool:
+    """Whether a record owned by `record_owner` exists for the client `owner`.
+
+    `owner=None` is the gateway itself (background turns, cancels): it sees everything.
+    Another client's record is, for a client, a record that does not exist (a 404, as
+    OpenAI answers across projects), so nobody learns which ids are taken.
+    """
+    return owner is None or not record_owner or record_owner == owner
+
+
 @runtime_checkable
 class ResponseStore(Protocol):
-    """Stored responses, background event logs and cancellation, shared by every instance."""
+    """Stored responses, background event logs and cancellation, shared by every instance.
+
+    The lookups take `owner` (a client identity): a record another client owns reads as
+    absent (None, False). Without it they see every record.
+    """
 
     async def put(self, record: StoredResponse) -> None:
         """Create or replace; input items lacking an `id` are stored with a fresh one."""
 
-    async def get(self, response_id: str) -> StoredResponse | None: ...
+    async def get(self, response_id: str, *, owner: str | None = None) -> StoredResponse | None: ...
 
-    async def get_response(self, response_id: str) -> dict[str, Any] | None:
+    async def get_response(
+        self, response_id: str, *, owner: str | None = None
+    ) -> dict[str, Any] | None:
         """Only the Response object (the cheap path for GET /v1/responses/{id})."""
 
-    async def delete(self, response_id: str) -> bool:
+    async def delete(self, response_id: str, *, owner: str | None = None) -> bool:
         """Forget the record, its events and its cancel flag; False if there was no record."""
 
     async def input_items(
@@ -77,6 +98,7 @@ class ResponseStore(Protocol):
         limit: int = 20,
         order: Order = "desc",
         after: str | None = None,
+        owner: str | None = None,
     ) -> dict[str, Any] | None:
         """One `{object:"list", data, first_id, last_id, has_more}` page; None for unknown ids.
 

@@ -16,7 +16,7 @@ from typing import Any
 
 import orjson
 
-from .base import Order, StoredResponse, is_terminal, page_items, with_item_ids
+from .base import Order, StoredResponse, is_terminal, page_items, visible, with_item_ids
 
 MiB = 1024 * 1024
 _ENTRY_OVERHEAD = 256  # dict slots, keys and bookkeeping, roughly
@@ -50,11 +50,13 @@ class _Entry:
     response: bytes | None = None  # None: only an event log exists so far
     items: bytes = b"[]"
     names: bytes = b"{}"
+    owner: str | None = None
     log: _Log | None = None
     size: int = 0
 
     def measure(self) -> int:
         record = len(self.response or b"") + len(self.items) + len(self.names)
+        record += len(self.owner or "")
         return _ENTRY_OVERHEAD + record + (self.log.size if self.log else 0)
 
 
@@ -99,23 +101,31 @@ class MemoryStore:
         entry.response = orjson.dumps(record.response)
         entry.items = orjson.dumps(with_item_ids(record.input_items))
         entry.names = orjson.dumps(record.names)
+        entry.owner = record.owner
         self._written(response_id, entry)
 
-    async def get(self, response_id: str) -> StoredResponse | None:
-        entry = self._live(response_id)
+    async def get(self, response_id: str, *, owner: str | None = None) -> StoredResponse | None:
+        entry = self._record(response_id, owner)
         if entry is None or entry.response is None:
             return None
         return StoredResponse(
-            orjson.loads(entry.response), orjson.loads(entry.items), orjson.loads(entry.names)
+            orjson.loads(entry.response),
+            orjson.loads(entry.items),
+            orjson.loads(entry.names),
+            entry.owner,
         )
 
-    async def get_response(self, response_id: str) -> dict[str, Any] | None:
-        entry = self._live(response_id)
+    async def get_response(
+        self, response_id: str, *, owner: str | None = None
+    ) -> dict[str, Any] | None:
+        entry = self._record(response_id, owner)
         if entry is None or entry.response is None:
             return None
         return orjson.loads(entry.response)
 
-    async def delete(self, response_id: str) -> bool:
+    async def delete(self, response_id: str, *, owner: str | None = None) -> bool:
+        if self._record(response_id, owner) is None and self._live(response_id) is not None:
+            return False  # another client's: it stays, as if it did not exist
         entry = self._live(response_id)
         cancel = self._cancels.get(response_id)
         if cancel is not None and cancel.waiters == 0:
@@ -132,8 +142,9 @@ class MemoryStore:
         limit: int = 20,
         order: Order = "desc",
         after: str | None = None,
+        owner: str | None = None,
     ) -> dict[str, Any] | None:
-        entry = self._live(response_id)
+        entry = self._record(response_id, owner)
         if entry is None or entry.response is None:
             return None
         return page_items(orjson.loads(entry.items), limit=limit, order=order, after=after)
@@ -216,6 +227,11 @@ class MemoryStore:
             self._drop(response_id)
             return None
         return entry
+
+    def _record(self, response_id: str, owner: str | None) -> _Entry | None:
+        """The live entry, if `owner` may see it."""
+        entry = self._live(response_id)
+        return entry if entry is not None and visible(entry.owner, owner) else None
 
     def _insert(self, response_id: str) -> _Entry:
         entry = self._entries[response_id] = _Entry(expires=self._clock() + self.ttl_seconds)

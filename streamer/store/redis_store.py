@@ -1,7 +1,7 @@
 """The Redis store: what lets several gateway instances share responses, streams and cancels.
 
 Keys per response (hash-tagged on the id so a cluster keeps them in one slot):
-  {p}resp:{id}     hash: `response` and `names` (orjson)
+  {p}resp:{id}     hash: `response` and `names` (orjson), `owner` (a client identity, if any)
   {p}items:{id}    list: the input items in input order, one orjson value each
   {p}itemidx:{id}  hash: item id -> index in that list (input_items `after` cursors)
   {p}events:{id}   stream: entry id `0-<seq+1>` holds `d` (the event JSON) and `t` when
@@ -31,6 +31,7 @@ from .base import (
     check_page_args,
     is_terminal,
     list_page,
+    visible,
     with_item_ids,
 )
 
@@ -92,13 +93,12 @@ class RedisStore:
         rkey, lkey, ikey = self._record_keys(response_id)
         items = with_item_ids(record.input_items)
         pipe = self._r.pipeline(transaction=True)
-        pipe.hset(
-            rkey,
-            mapping={
-                "response": orjson.dumps(record.response),
-                "names": orjson.dumps(record.names),
-            },
-        )
+        mapping = {"response": orjson.dumps(record.response), "names": orjson.dumps(record.names)}
+        if record.owner:
+            mapping["owner"] = record.owner.encode()
+        pipe.hset(rkey, mapping=mapping)
+        if not record.owner:
+            pipe.hdel(rkey, "owner")
         pipe.delete(lkey, ikey)
         if items:
             pipe.rpush(lkey, *(orjson.dumps(item) for item in items))
@@ -110,25 +110,36 @@ class RedisStore:
             pipe.pexpire(key, self.ttl_ms)
         await self._call(pipe.execute())
 
-    async def get(self, response_id: str) -> StoredResponse | None:
+    async def get(self, response_id: str, *, owner: str | None = None) -> StoredResponse | None:
         rkey, lkey, _ = self._record_keys(response_id)
         pipe = self._r.pipeline(transaction=True)
-        pipe.hmget(rkey, ["response", "names"])
+        pipe.hmget(rkey, ["response", "names", "owner"])
         pipe.lrange(lkey, 0, -1)
-        (response, names), items = await self._call(pipe.execute())
-        if response is None:
+        (response, names, stored_owner), items = await self._call(pipe.execute())
+        record_owner = stored_owner.decode() if stored_owner else None
+        if response is None or not visible(record_owner, owner):
             return None
         return StoredResponse(
             orjson.loads(response),
             [orjson.loads(item) for item in items],
             orjson.loads(names) if names else {},
+            record_owner,
         )
 
-    async def get_response(self, response_id: str) -> dict[str, Any] | None:
-        response = await self._call(self._r.hget(self._key("resp", response_id), "response"))
-        return None if response is None else orjson.loads(response)
+    async def get_response(
+        self, response_id: str, *, owner: str | None = None
+    ) -> dict[str, Any] | None:
+        rkey = self._key("resp", response_id)
+        response, stored_owner = await self._call(self._r.hmget(rkey, ["response", "owner"]))
+        if response is None or not visible(_text(stored_owner), owner):
+            return None
+        return orjson.loads(response)
 
-    async def delete(self, response_id: str) -> bool:
+    async def delete(self, response_id: str, *, owner: str | None = None) -> bool:
+        if owner is not None:
+            stored_owner = await self._call(self._r.hget(self._key("resp", response_id), "owner"))
+            if not visible(_text(stored_owner), owner):
+                return False  # another client's: it stays, as if it did not exist
         skey = self._key("events", response_id)
         # End the stream first, as its own command, so blocked followers are served the
         # end marker before the key disappears.
@@ -146,15 +157,17 @@ class RedisStore:
         limit: int = 20,
         order: Order = "desc",
         after: str | None = None,
+        owner: str | None = None,
     ) -> dict[str, Any] | None:
         check_page_args(limit, order)
         rkey, lkey, ikey = self._record_keys(response_id)
         pipe = self._r.pipeline(transaction=True)
         pipe.exists(rkey)
+        pipe.hget(rkey, "owner")
         pipe.llen(lkey)
         pipe.hget(ikey, after or "")
-        exists, n, index = await self._call(pipe.execute())
-        if not exists:
+        exists, stored_owner, n, index = await self._call(pipe.execute())
+        if not exists or not visible(_text(stored_owner), owner):
             return None
         if after is not None and index is None:
             return list_page([], False)
@@ -339,3 +352,7 @@ class RedisStore:
             self._listener = None
         await self._r.aclose()
         await self._rb.aclose()
+
+
+def _text(value: bytes | None) -> str | None:
+    return value.decode() if value else None

@@ -29,6 +29,7 @@ import orjson
 from ..deltas import Delta, UpstreamError
 from ..errors import RequestError, server_error
 from ..identity import client_identity
+from ..redact import secrets_of
 from ..sse import SSEDecoder, SSEError, SSEMessage
 from .body_budget import ByteBudget
 from .chat_decode import INVALID_CHUNK, ChatChunkDecoder, decode_body, http_error
@@ -339,7 +340,9 @@ class ChatUpstream:
             error = http_error(resp.status, b"", resp.headers)
             error.message += f" (its body is in Content-Encoding {exc.coding!r}, not decoded)"
             return error
-        return await _http_error(resp if decoder is None else DecodedResponse(resp, decoder))
+        return await _http_error(
+            resp if decoder is None else DecodedResponse(resp, decoder), self._api_key
+        )
 
     def _timed_out(self) -> RequestError:
         message = f"The backend did not answer within {self.idle_timeout:g} s."
@@ -560,15 +563,16 @@ def _content_encoding(resp: Response) -> str | None:
     return ",".join(values) if values else None
 
 
-async def _http_error(resp: Response | DecodedResponse) -> RequestError:
-    """A backend's non-2xx answer, with its status, message, type, code and param kept."""
+async def _http_error(resp: Response | DecodedResponse, api_key: str | None = None) -> RequestError:
+    """A backend's non-2xx answer, with its status, message, type, code and param kept
+    (and the backend key scrubbed from its text before that is cut)."""
     if resp.status < 400:
         return http_error(resp.status, b"", resp.headers)
     try:
         raw = await resp.read_all(ERROR_BODY_LIMIT)
     except (TimeoutError, HTTPClientError, OSError):
         raw = b""
-    exc = http_error(resp.status, raw, resp.headers)
+    exc = http_error(resp.status, raw, resp.headers, secrets_of((api_key,)))
     if exc.status == 429 and exc.code is None:  # clients key on it, as on OpenAI's own 429s
         exc.code = "rate_limit_exceeded"
     return exc

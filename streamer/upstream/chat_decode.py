@@ -11,6 +11,7 @@ Order of deltas from one chunk: reasoning, text, refusal, tool calls, finish, us
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from typing import Any
 
@@ -27,12 +28,20 @@ from ..deltas import (
     Usage,
 )
 from ..errors import RequestError
+from ..redact import scrub
 from ..sse import SSEDecoder, SSEError, SSEMessage
 from .chunk_shapes import NO_SHAPE, learn_arguments, learn_text
 
 INVALID_CHUNK = "invalid_upstream_chunk"
 _RATE_LIMIT_HEADERS = ("retry-after", "retry-after-ms")
 _SNIPPET = 120
+_ERROR_TEXT = 500  # characters of a non-JSON error body quoted in the message
+# What may be passed on to a client: RFC 9110 token names and field values (visible ASCII,
+# SP/HTAB only inside), short. Anything else would make aiohttp refuse the whole answer.
+_TOKEN = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
+_FIELD_VALUE = re.compile(r"[\x21-\x7e](?:[\x20-\x7e\t]*[\x21-\x7e])?")
+_MAX_KEPT_VALUE = 256
+_MAX_KEPT_HEADERS = 16
 
 
 _LESSONS = 4  # shapes learnt per stream at most: a backend whose chunks all differ costs little
@@ -248,12 +257,29 @@ def decode_body(raw: bytes | bytearray) -> list[Delta]:
     return [UpstreamError(INVALID_CHUNK, "The backend sent a malformed JSON body.")]
 
 
-def http_error(status: int, raw: bytes, headers: Mapping[str, str]) -> RequestError:
+def rate_limit_headers(headers: Mapping[str, str]) -> dict[str, str]:
+    """`Retry-After(-Ms)` and `x-ratelimit-*`, for the client: only well-formed ones, bounded
+    in length and number; an illegal one is dropped, never passed on to break the answer."""
+    kept: dict[str, str] = {}
+    for key, value in headers.items():
+        lower = key.lower()
+        if not (lower in _RATE_LIMIT_HEADERS or lower.startswith("x-ratelimit-")):
+            continue
+        legal = _TOKEN.fullmatch(lower) and _FIELD_VALUE.fullmatch(value)
+        if legal and len(value) <= _MAX_KEPT_VALUE and len(kept) < _MAX_KEPT_HEADERS:
+            kept[lower] = value
+    return kept
+
+
+def http_error(
+    status: int, raw: bytes, headers: Mapping[str, str], secrets: tuple[str, ...] = ()
+) -> RequestError:
     """A backend's non-2xx answer as a `RequestError` that keeps its status and details.
 
     Reads OpenAI's `{"error": {...}}`, Ollama's `{"error": "text"}`, vLLM's flat
     `{"object": "error", "message": ...}` and FastAPI's `{"detail": "text"}`; any other
-    body becomes the message as text. Rate-limit headers are kept on 429 and 503.
+    body becomes the message as text, `secrets` scrubbed before it is cut (a cut secret
+    could no longer be found). Well-formed rate-limit headers are kept on 429 and 503.
     """
     if status < 400:  # redirects are not followed: the upstream URL is wrong
         return RequestError(
@@ -262,12 +288,7 @@ def http_error(status: int, raw: bytes, headers: Mapping[str, str]) -> RequestEr
             type="server_error",
             code="upstream_error",
         )
-    kept: dict[str, str] = {}
-    if status in (429, 503):
-        for key, value in headers.items():
-            lower = key.lower()
-            if lower in _RATE_LIMIT_HEADERS or lower.startswith("x-ratelimit-"):
-                kept[lower] = value
+    kept = rate_limit_headers(headers) if status in (429, 503) else {}
     details: dict[str, Any] = {}
     try:
         parsed = orjson.loads(raw) if raw else None
@@ -285,7 +306,7 @@ def http_error(status: int, raw: bytes, headers: Mapping[str, str]) -> RequestEr
             details = {"message": parsed["detail"]}
     message = details.get("message")
     if not (isinstance(message, str) and message):
-        text = raw.decode("utf-8", "replace").strip()[:500]
+        text = scrub(raw.decode("utf-8", "replace").strip(), secrets)[:_ERROR_TEXT]
         message = f"The backend answered HTTP {status}" + (f": {text}" if text else ".")
     type_ = details.get("type")
     code = details.get("code")
