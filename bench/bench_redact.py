@@ -21,11 +21,11 @@ from typing import Any
 
 import orjson
 
-from streamer.deltas import Delta, TextDelta, ToolCallDelta
-from streamer.output import OutputItemStreamer
+from streamer.core.deltas import Delta, TextDelta, ToolCallDelta
+from streamer.core.output import OutputItemStreamer
+from streamer.core.response import new_response
+from streamer.core.tools import ResponsesToolNames
 from streamer.redact import _RedactingStream, secrets_of
-from streamer.response import new_response
-from streamer.tools import ResponsesToolNames
 
 SECRETS = ("sk-upstream-HOSTILE-0123456789abcd", "sk-client-one-000000", "sk-client-two-111111")
 WORDS = [

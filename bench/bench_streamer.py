@@ -19,10 +19,10 @@ from typing import Any
 
 import orjson
 
-from streamer.deltas import Delta, Finish, TextDelta, ToolCallDelta, Usage
-from streamer.output import OutputItemStreamer
-from streamer.response import new_response
-from streamer.tools import ResponsesToolNames
+from streamer.core.deltas import Delta, Finish, TextDelta, ToolCallDelta, Usage
+from streamer.core.output import OutputItemStreamer
+from streamer.core.response import new_response
+from streamer.core.tools import ResponsesToolNames
 
 TOOLS = [
     {

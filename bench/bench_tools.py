@@ -18,7 +18,7 @@ from typing import Any
 import orjson
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from streamer.tools import ResponsesToolNames
+from streamer.core.tools import ResponsesToolNames
 
 OBJ = {"type": "object", "additionalProperties": False}
 

@@ -4,7 +4,7 @@ The pure core is importable on its own: the naming layer (`ResponsesToolNames`),
 the event streamer (`OutputItemStreamer`) and the model-delta vocabulary.
 """
 
-from .deltas import (
+from streamer.core.deltas import (
     Delta,
     Finish,
     ReasoningDelta,
@@ -14,10 +14,16 @@ from .deltas import (
     UpstreamError,
     Usage,
 )
-from .errors import RequestError
-from .events import Event
-from .output import OutputItemStreamer
-from .tools import FlatTool, NamingConfig, ResolvedChoice, ResponsesToolNames, ToolIdentity
+from streamer.core.errors import RequestError
+from streamer.core.events import Event
+from streamer.core.output import OutputItemStreamer
+from streamer.core.tools import (
+    FlatTool,
+    NamingConfig,
+    ResolvedChoice,
+    ResponsesToolNames,
+    ToolIdentity,
+)
 
 __version__ = "0.1.0"
 

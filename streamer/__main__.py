@@ -1,5 +1,5 @@
 """`python -m streamer` is the `streamer` command."""
 
-from .cli import main
+from streamer.cli import main
 
 raise SystemExit(main())

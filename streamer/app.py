@@ -16,14 +16,14 @@ from typing import Any
 import orjson
 from aiohttp import web
 
-from . import logs
-from .config import Settings
-from .errors import RequestError
-from .frontdoor import FRONT_DOOR, FrontDoor, GuardedSite, door_middleware
-from .gateway import GATEWAY, Gateway
-from .identity import CLIENT, client_identity
-from .logs import choose_request_id
-from .response import new_id
+from streamer import logs
+from streamer.config import Settings
+from streamer.core.errors import RequestError
+from streamer.core.response import new_id
+from streamer.frontends.frontdoor import FRONT_DOOR, FrontDoor, GuardedSite, door_middleware
+from streamer.gateway import GATEWAY, Gateway
+from streamer.identity import CLIENT, client_identity
+from streamer.logs import choose_request_id
 
 log = logging.getLogger("streamer.app")
 
@@ -100,7 +100,7 @@ async def _add_request_id(request: web.Request, response: web.StreamResponse) ->
 @web.middleware
 async def errors_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
     """Every failure leaves as OpenAI's error shape; never a traceback."""
-    from .store import StoreUnavailable
+    from streamer.store import StoreUnavailable
 
     try:
         return await handler(request)
@@ -177,18 +177,18 @@ def auth_middleware(
 
 
 async def _start(app: web.Application) -> None:
-    from .background import Background
-    from .redact import RedactingUpstream
-    from .store import open_store
-    from .store.observed import observe_store
-    from .upstream.body_budget import ByteBudget
-    from .upstream.chat import ChatUpstream
-    from .upstream.proxy import select_proxy
+    from streamer.frontends.background import Background
+    from streamer.redact import RedactingUpstream
+    from streamer.store import open_store
+    from streamer.store.observed import observe_store
+    from streamer.upstream.body_budget import ByteBudget
+    from streamer.upstream.chat.client import ChatUpstream
+    from streamer.upstream.http1.proxy import select_proxy
 
     settings = app[SETTINGS]
     base_url = settings.upstream
     if not base_url:
-        from .scripted_model import start_scripted_model
+        from streamer.scripted_model import start_scripted_model
 
         runner, base_url = await start_scripted_model()
         app[SCRIPTED_RUNNER] = runner
@@ -264,7 +264,7 @@ async def _begin_shutdown(app: web.Application) -> None:
     """SIGTERM: the listener is closed already. In-flight HTTP turns get `--shutdown-grace`
     seconds to finish, alongside the WebSocket sessions' own drain; background turns run
     on meanwhile."""
-    from .http import IN_FLIGHT
+    from streamer.frontends.http import IN_FLIGHT
 
     deadline = asyncio.get_running_loop().time() + app[SETTINGS].shutdown_grace
     app[SHUTDOWN].task = asyncio.create_task(app[IN_FLIGHT].drain(deadline))
@@ -297,7 +297,7 @@ def check_settings(settings: Settings) -> None:
 
 
 def create_app(settings: Settings) -> web.Application:
-    from . import http, retrieval, websocket
+    from streamer.frontends import http, retrieval, websocket
 
     check_settings(settings)
     front = FrontDoor(settings.max_client_connections, settings.client_header_timeout)

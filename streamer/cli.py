@@ -7,7 +7,7 @@ import asyncio
 import sys
 from collections.abc import Sequence
 
-from .config import add_arguments, settings_from
+from streamer.config import add_arguments, settings_from
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -17,8 +17,8 @@ def build_parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", required=True)
     serve = commands.add_parser("serve", help="run the gateway")
     add_arguments(serve)
-    from .tap.command import add_tap_parser
-    from .tap.replay import add_replay_parser
+    from streamer.tap.command import add_tap_parser
+    from streamer.tap.replay import add_replay_parser
 
     add_tap_parser(commands)
     add_replay_parser(commands)
@@ -29,7 +29,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     if args.command == "serve":
-        from .app import check_settings, serve
+        from streamer.app import check_settings, serve
 
         settings = settings_from(args)
         try:
@@ -39,11 +39,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         serve(settings)
         return 0
     if args.command == "tap":
-        from .tap.command import run_tap
+        from streamer.tap.command import run_tap
 
         return asyncio.run(run_tap(args))
     if args.command == "replay":
-        from .tap.replay import run_replay
+        from streamer.tap.replay import run_replay
 
         return asyncio.run(run_replay(args))
     return 2

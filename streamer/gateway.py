@@ -12,19 +12,19 @@ from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 
-from .config import Settings
-from .errors import RequestError, invalid
-from .identity import CLIENT, request_client
-from .lowering import LoweringOptions
-from .metrics import Metrics
-from .pipeline import Turn, TurnOptions, Upstream, prepare
-from .quiet_trim import QuietTrim, malloc_trim
-from .recorder import TapDirectory
-from .store import ResponseStore, StoredResponse
-from .tools import NamingConfig
+from streamer.config import Settings
+from streamer.core.errors import RequestError, invalid
+from streamer.core.lowering import LoweringOptions
+from streamer.core.tools import NamingConfig
+from streamer.identity import CLIENT, request_client
+from streamer.metrics import Metrics
+from streamer.pipeline import Turn, TurnOptions, Upstream, prepare
+from streamer.quiet_trim import QuietTrim, malloc_trim
+from streamer.recorder import TapDirectory
+from streamer.store import ResponseStore, StoredResponse
 
 if TYPE_CHECKING:
-    from .background import Background
+    from streamer.frontends.background import Background
 
 log = logging.getLogger("streamer.gateway")
 

@@ -11,12 +11,12 @@ import time
 from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING
 
-from .errors import RequestError
-from .events import Event
-from .pipeline import Turn, stream_events
+from streamer.core.errors import RequestError
+from streamer.core.events import Event
+from streamer.pipeline import Turn, stream_events
 
 if TYPE_CHECKING:
-    from .gateway import Gateway
+    from streamer.gateway import Gateway
 
 
 async def observed(gateway: Gateway, turn: Turn, transport: str) -> AsyncIterator[list[Event]]:

@@ -19,14 +19,14 @@ from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from .deltas import Delta
-from .errors import RequestError, invalid
-from .events import Event
-from .lowering import LoweringOptions, lower, normalize_input
-from .output import OutputItemStreamer
-from .output_items import OutputLimits
-from .response import new_response
-from .tools import NamingConfig, ResponsesToolNames
+from streamer.core.deltas import Delta
+from streamer.core.errors import RequestError, invalid
+from streamer.core.events import Event
+from streamer.core.lowering import LoweringOptions, lower, normalize_input
+from streamer.core.output import OutputItemStreamer
+from streamer.core.output_items import OutputLimits
+from streamer.core.response import new_response
+from streamer.core.tools import NamingConfig, ResponsesToolNames
 
 log = logging.getLogger("streamer.pipeline")
 
@@ -47,7 +47,7 @@ class UpstreamStream(Protocol):
 
 
 class Upstream(Protocol):
-    """What the pipeline needs of a backend client (see streamer/upstream/chat.py)."""
+    """What the pipeline needs of a backend client (see streamer/upstream/chat/client.py)."""
 
     async def open(
         self,

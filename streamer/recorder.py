@@ -15,7 +15,7 @@ from typing import Any, BinaryIO
 
 import orjson
 
-from .events import Event
+from streamer.core.events import Event
 
 
 class ExchangeRecorder:

@@ -25,7 +25,7 @@ from collections.abc import Callable, Iterable
 from types import NoneType
 from typing import Any, AnyStr, Generic
 
-from .deltas import (
+from streamer.core.deltas import (
     Delta,
     ReasoningDelta,
     RefusalDelta,
@@ -33,7 +33,7 @@ from .deltas import (
     ToolCallDelta,
     UpstreamError,
 )
-from .errors import RequestError
+from streamer.core.errors import RequestError
 
 REDACTED = "[redacted]"
 _MIN_SECRET = 4  # shorter strings would mangle ordinary text and protect nothing

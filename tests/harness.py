@@ -10,7 +10,7 @@ from scripted_backend import ScriptedBackend
 
 from streamer.app import create_app
 from streamer.config import Settings
-from streamer.frontdoor import GuardedSite
+from streamer.frontends.frontdoor import GuardedSite
 from streamer.gateway import GATEWAY, Gateway
 
 

@@ -8,7 +8,7 @@ import orjson
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from streamer.deltas import (
+from streamer.core.deltas import (
     Finish,
     ReasoningDelta,
     RefusalDelta,
@@ -17,7 +17,7 @@ from streamer.deltas import (
     UpstreamError,
     Usage,
 )
-from streamer.upstream.chat_decode import (
+from streamer.upstream.chat.decoder import (
     ChatChunkDecoder,
     decode_body,
     decode_completion,

@@ -9,9 +9,9 @@ import orjson
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from streamer.deltas import TextDelta, ToolCallDelta
-from streamer.upstream.chat_decode import ChatChunkDecoder
-from streamer.upstream.chunk_shapes import learn_arguments, learn_text
+from streamer.core.deltas import TextDelta, ToolCallDelta
+from streamer.upstream.chat.chunk_shapes import learn_arguments, learn_text
+from streamer.upstream.chat.decoder import ChatChunkDecoder
 
 
 def chunk(delta: dict[str, Any], **extra: Any) -> dict[str, Any]:

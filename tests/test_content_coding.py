@@ -11,7 +11,7 @@ from collections.abc import Callable
 import brotli
 import pytest
 
-from streamer.upstream.content_coding import (
+from streamer.upstream.http1.content_coding import (
     MAX_OUTPUT,
     BodyDecoder,
     ContentCodingError,

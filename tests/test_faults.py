@@ -46,10 +46,10 @@ from scripted_backend import (
 )
 from sdk_models import validate_event, validate_response
 
-from streamer.output import FAILURE_CODES, OutputItemStreamer
+from streamer.core.output import FAILURE_CODES, OutputItemStreamer
+from streamer.frontends.websocket import SESSIONS, Session
 from streamer.pipeline import Turn
-from streamer.upstream.chat import ChatStream
-from streamer.websocket import SESSIONS, Session
+from streamer.upstream.chat.client import ChatStream
 
 TERMINAL = frozenset({"response.completed", "response.failed", "response.incomplete"})
 DEADLINE = 10.0  # no client waits longer than this for an end: a hang fails the test

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import orjson
 
-from streamer.frontdoor import Door, capacity, default_capacity, timeout_reply
-from streamer.http import fresh
+from streamer.frontends.frontdoor import Door, capacity, default_capacity, timeout_reply
+from streamer.frontends.http import fresh
 
 
 def test_under_the_cap_everyone_is_admitted() -> None:

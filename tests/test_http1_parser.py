@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from streamer.upstream.http1_parser import (
+from streamer.upstream.http1.parser import (
     BODY,
     BROKEN,
     DONE,
@@ -22,7 +22,7 @@ from streamer.upstream.http1_parser import (
     Head,
     ResponseParser,
 )
-from streamer.upstream.http1_wire import ChunkedDecoder, ProtocolError, ServerDisconnected
+from streamer.upstream.http1.wire import ChunkedDecoder, ProtocolError, ServerDisconnected
 
 
 def chunked(*pieces: bytes, last: bytes = b"0\r\n\r\n") -> bytes:

@@ -46,7 +46,7 @@ from test_faults import (
 )
 from test_shutdown import gateway_process
 
-from streamer.websocket import SESSIONS
+from streamer.frontends.websocket import SESSIONS
 
 # -- many concurrent turns ----------------------------------------------------------------
 

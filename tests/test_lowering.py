@@ -10,10 +10,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from streamer.errors import RequestError
-from streamer.input_items import CALL_TYPES
-from streamer.lowering import LoweringOptions, lower, normalize_input, public_output_to_input
-from streamer.tools import ResponsesToolNames
+from streamer.core.errors import RequestError
+from streamer.core.input_items import CALL_TYPES
+from streamer.core.lowering import LoweringOptions, lower, normalize_input, public_output_to_input
+from streamer.core.tools import ResponsesToolNames
 
 STREAM = {"stream": True, "stream_options": {"include_usage": True}}
 WEATHER = {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}

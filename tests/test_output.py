@@ -8,7 +8,7 @@ import orjson
 import pytest
 from sdk_models import validate_event, validate_response
 
-from streamer.deltas import (
+from streamer.core.deltas import (
     Finish,
     ReasoningDelta,
     RefusalDelta,
@@ -17,9 +17,9 @@ from streamer.deltas import (
     UpstreamError,
     Usage,
 )
-from streamer.output import OutputItemStreamer
-from streamer.response import new_response
-from streamer.tools import ResponsesToolNames
+from streamer.core.output import OutputItemStreamer
+from streamer.core.response import new_response
+from streamer.core.tools import ResponsesToolNames
 
 TOOLS: list[dict[str, Any]] = [
     {
@@ -297,7 +297,7 @@ def test_item_ids_are_unique_and_stable(n: int) -> None:
 
 
 def test_text_buffer_keeps_every_piece_in_order_across_joins() -> None:
-    from streamer.output_items import TextBuffer
+    from streamer.core.output_items import TextBuffer
 
     pieces = [f"{i}é " for i in range(TextBuffer.JOIN * 3 + 5)]
     buffer = TextBuffer()

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from streamer.deltas import Delta, Finish, TextDelta
+from streamer.core.deltas import Delta, Finish, TextDelta
 from streamer.pipeline import TurnOptions, prepare, stream_events
 
 

@@ -12,10 +12,17 @@ from typing import Any
 
 import pytest
 
-from streamer.deltas import Delta, Finish, ReasoningDelta, TextDelta, ToolCallDelta, UpstreamError
+from streamer.core.deltas import (
+    Delta,
+    Finish,
+    ReasoningDelta,
+    TextDelta,
+    ToolCallDelta,
+    UpstreamError,
+)
 from streamer.redact import REDACTED, StreamScrubber, _RedactingStream, scrub_message, secrets_of
 from streamer.store import MemoryStore, StoredResponse
-from streamer.upstream.chat_decode import http_error, rate_limit_headers
+from streamer.upstream.chat.decoder import http_error, rate_limit_headers
 
 KEY = "sk-test-KEY-0123456789"
 OTHER = "sk-other-999999"

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import re
 
-from streamer.response import new_id
+from streamer.core.response import new_id
 
 
 def test_ids_have_the_shape_and_do_not_repeat() -> None:

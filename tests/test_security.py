@@ -43,8 +43,8 @@ from test_operators import gateway_process
 
 from streamer import app as app_module
 from streamer.config import Settings
-from streamer.lowering import lower
-from streamer.tools import NamingConfig, ResponsesToolNames
+from streamer.core.lowering import lower
+from streamer.core.tools import NamingConfig, ResponsesToolNames
 
 UPSTREAM_KEY = "sk-upstream-PLANTED-7f3a9c2e11"
 CLIENT_KEY = "sk-client-PLANTED-51be0d44aa"

@@ -7,8 +7,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from streamer.events import Event
-from streamer.sse import SSEDecoder, SSEError, SSEMessage, encode, encode_many
+from streamer.core.events import Event
+from streamer.core.sse import SSEDecoder, SSEError, SSEMessage, encode, encode_many
 
 
 def decode_all(chunks: list[bytes], *, close: bool = False) -> list[SSEMessage]:

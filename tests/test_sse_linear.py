@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from streamer.sse import SSEDecoder, SSEError, SSEMessage
+from streamer.core.sse import SSEDecoder, SSEError, SSEMessage
 
 MiB = 1 << 20
 

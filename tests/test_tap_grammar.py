@@ -10,9 +10,9 @@ from typing import Any
 
 import pytest
 
-from streamer.sse import SSEDecoder
+from streamer.core.sse import SSEDecoder
+from streamer.core.tools import ResponsesToolNames
 from streamer.tap.grammar import RULES, GrammarChecker, Violation
-from streamer.tools import ResponsesToolNames
 
 STREAMS = Path(__file__).parent / "fixtures" / "streams"
 SSE_FIXTURES = [

@@ -21,12 +21,12 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from streamer.sse import SSEDecoder
+from streamer.core.sse import SSEDecoder
+from streamer.core.tools import ResponsesToolNames
 from streamer.tap.command import configure, run_tap
 from streamer.tap.grammar import RULES, GrammarChecker, Violation
 from streamer.tap.render import Renderer
 from streamer.tap.sources import RECORDING, RESPONSES_SSE, WEBSOCKET_LOG
-from streamer.tools import ResponsesToolNames
 
 STREAMS = Path(__file__).parent / "fixtures" / "streams"
 REQUEST = STREAMS / "request.json"

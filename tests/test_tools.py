@@ -1,4 +1,4 @@
-"""Unit tests for the naming core (streamer/tools.py): one section per rule of issue 2."""
+"""Unit tests for the naming core (streamer/core/tools.py): one section per rule of issue 2."""
 
 from __future__ import annotations
 
@@ -14,8 +14,8 @@ from typing import Any
 import orjson
 import pytest
 
-from streamer.errors import RequestError
-from streamer.tools import (
+from streamer.core.errors import RequestError
+from streamer.core.tools import (
     FlatTool,
     NamingConfig,
     ResolvedChoice,
@@ -191,7 +191,7 @@ def test_same_identity_same_alias_on_every_request() -> None:
 def test_alias_hash_is_stable_across_processes() -> None:
     """The hash must not depend on PYTHONHASHSEED: replayed history must match."""
     code = (
-        "from streamer.tools import ResponsesToolNames as R;"
+        "from streamer.core.tools import ResponsesToolNames as R;"
         "print(R.convert([{'type':'namespace','name':'a b','tools':"
         "[{'type':'function','name':'c.d'}]}]).tools[0].name)"
     )
@@ -958,7 +958,7 @@ def test_decode_of_unknown_names_never_splits() -> None:
 
 
 def test_public_names_import_from_tools() -> None:
-    from streamer import tools
+    from streamer.core import tools
 
     assert NamingConfig() == tools.DEFAULT_CONFIG
     assert tools.DEFAULT_NAMESPACE == "functions"
@@ -968,15 +968,15 @@ def test_public_names_import_from_tools() -> None:
 
 @pytest.mark.parametrize("module", ["tool_decls", "tool_choice"])
 def test_helper_modules_do_not_import_the_naming_core(module: str) -> None:
-    """No import cycle: the helpers work over plain data and never import streamer.tools."""
-    source = Path(__file__).resolve().parents[1] / "streamer" / f"{module}.py"
+    """No import cycle: the helpers work over plain data and never import streamer.core.tools."""
+    source = Path(__file__).resolve().parents[1] / "streamer" / "core" / f"{module}.py"
     imported: set[str] = set()
     for node in ast.walk(ast.parse(source.read_text())):
         if isinstance(node, ast.ImportFrom) and node.module:
             imported.add(node.module)
         elif isinstance(node, ast.Import):
             imported.update(a.name for a in node.names)
-    assert imported and not {m for m in imported if m.startswith("streamer.tools")}
+    assert imported and not {m for m in imported if m.startswith("streamer.core.tools")}
 
 
 def test_identities_and_len() -> None:

@@ -11,7 +11,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from streamer.tools import NamingConfig, ResolvedChoice, ResponsesToolNames, ToolIdentity
+from streamer.core.tools import NamingConfig, ResolvedChoice, ResponsesToolNames, ToolIdentity
 
 settings.register_profile(
     "tools",

@@ -19,14 +19,14 @@ from sdk_models import validate_event, validate_response
 from test_faults import _sdk_view
 
 from streamer.config import Settings
-from streamer.deltas import Delta, Finish, ReasoningDelta, TextDelta, ToolCallDelta
-from streamer.events import Event
+from streamer.core.deltas import Delta, Finish, ReasoningDelta, TextDelta, ToolCallDelta
+from streamer.core.events import Event
+from streamer.core.output import OutputItemStreamer
+from streamer.core.output_items import OutputLimits
+from streamer.core.response import new_response
+from streamer.core.tools import ResponsesToolNames
 from streamer.gateway import turn_options
-from streamer.output import OutputItemStreamer
-from streamer.output_items import OutputLimits
 from streamer.pipeline import TurnOptions, prepare, stream_events
-from streamer.response import new_response
-from streamer.tools import ResponsesToolNames
 from streamer.upstream.body_budget import ByteBudget
 
 TOOLS = [{"type": "function", "name": "f", "parameters": {"type": "object"}}]

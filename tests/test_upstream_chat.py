@@ -28,7 +28,7 @@ from scripted_backend import (
     usage,
 )
 
-from streamer.deltas import (
+from streamer.core.deltas import (
     Delta,
     Finish,
     ReasoningDelta,
@@ -37,8 +37,8 @@ from streamer.deltas import (
     UpstreamError,
     Usage,
 )
-from streamer.errors import RequestError
-from streamer.upstream.chat import ChatStream, ChatUpstream
+from streamer.core.errors import RequestError
+from streamer.upstream.chat.client import ChatStream, ChatUpstream
 
 SECRET = "sk-planted-secret-4242"
 REQUEST: dict[str, Any] = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}

@@ -16,12 +16,12 @@ import uvloop
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from streamer.deltas import Finish, TextDelta
-from streamer.errors import RequestError
-from streamer.upstream.chat import ChatUpstream
-from streamer.upstream.http1 import HIGH_WATER, Response
-from streamer.upstream.http1_pool import ClientPools, ConnectionPool
-from streamer.upstream.http1_wire import (
+from streamer.core.deltas import Finish, TextDelta
+from streamer.core.errors import RequestError
+from streamer.upstream.chat.client import ChatUpstream
+from streamer.upstream.http1.connection import HIGH_WATER, Response
+from streamer.upstream.http1.pool import ClientPools, ConnectionPool
+from streamer.upstream.http1.wire import (
     ChunkedDecoder,
     ConnectError,
     ProtocolError,

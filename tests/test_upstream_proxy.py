@@ -6,8 +6,7 @@ import base64
 
 import pytest
 
-from streamer.upstream.http1_wire import ProtocolError
-from streamer.upstream.proxy import (
+from streamer.upstream.http1.proxy import (
     ConnectReply,
     Proxy,
     ProxyConfigError,
@@ -17,6 +16,7 @@ from streamer.upstream.proxy import (
     parse_proxy_url,
     select_proxy,
 )
+from streamer.upstream.http1.wire import ProtocolError
 
 
 @pytest.mark.parametrize(

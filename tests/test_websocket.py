@@ -32,7 +32,7 @@ from scripted_backend import (
 )
 from sdk_models import validate_event
 
-from streamer.websocket import SESSIONS, Session
+from streamer.frontends.websocket import SESSIONS, Session
 
 TERMINAL = frozenset({"response.completed", "response.incomplete", "response.failed", "error"})
 _SERVER_EVENTS: TypeAdapter[Any] = TypeAdapter(ResponsesServerEvent)

@@ -30,8 +30,8 @@ from test_websocket import (
     turn,
 )
 
-from streamer import websocket
-from streamer.websocket import SESSIONS
+from streamer.frontends import websocket
+from streamer.frontends.websocket import SESSIONS
 
 END = [finish("stop"), usage(5, 2), DONE]
 

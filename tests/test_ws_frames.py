@@ -7,7 +7,7 @@ from typing import Any
 from aiohttp import WSMsgType
 from aiohttp._websocket.writer import WebSocketWriter
 
-from streamer.ws_frames import text_frames
+from streamer.frontends.ws_frames import text_frames
 
 SIZES = [0, 1, 125, 126, 127, 65535, 65536, 200_000]
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from streamer.ws_queue import Admission, QueueBudget
+from streamer.frontends.ws_queue import Admission, QueueBudget
 
 ACCEPT, REJECT, CLOSE = Admission.ACCEPT, Admission.REJECT, Admission.CLOSE
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .base import (
+from streamer.store.base import (
     TERMINAL_EVENT_TYPES,
     ResponseStore,
     StoredResponse,
@@ -12,7 +12,7 @@ from .base import (
     is_terminal,
     with_item_ids,
 )
-from .memory import MemoryStore
+from streamer.store.memory import MemoryStore
 
 __all__ = [
     "TERMINAL_EVENT_TYPES",
@@ -42,7 +42,9 @@ def open_store(spec: str | None, *, timeout: float | None = None, **options: Any
         options = {"op_timeout": timeout, "connect_timeout": min(timeout, 1.0), **options}
     if spec.startswith(_REDIS_SCHEMES):
         try:
-            from .redis_store import RedisStore  # lazy: the package works without redis
+            from streamer.store.redis_store import (
+                RedisStore,  # lazy: the package works without redis
+            )
         except ImportError as exc:  # pragma: no cover - depends on the environment
             raise RuntimeError(
                 "the Redis store needs the redis package: pip install 'streamer[redis]'"

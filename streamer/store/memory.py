@@ -16,7 +16,14 @@ from typing import Any
 
 import orjson
 
-from .base import Order, StoredResponse, is_terminal, page_items, visible, with_item_ids
+from streamer.store.base import (
+    Order,
+    StoredResponse,
+    is_terminal,
+    page_items,
+    visible,
+    with_item_ids,
+)
 
 MiB = 1024 * 1024
 _ENTRY_OVERHEAD = 256  # dict slots, keys and bookkeeping, roughly

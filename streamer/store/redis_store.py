@@ -24,7 +24,7 @@ from redis.backoff import NoBackoff
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import RedisError, ResponseError
 
-from .base import (
+from streamer.store.base import (
     Order,
     StoredResponse,
     StoreUnavailable,

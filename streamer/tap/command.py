@@ -14,11 +14,11 @@ from typing import Any, TextIO
 
 import orjson
 
-from streamer.errors import RequestError
+from streamer.core.errors import RequestError
+from streamer.core.tools import ResponsesToolNames
 from streamer.tap.grammar import GrammarChecker
 from streamer.tap.render import Renderer
 from streamer.tap.sources import CHAT_SSE, Source, SourceError
-from streamer.tools import ResponsesToolNames
 
 EXIT_CLEAN, EXIT_VIOLATIONS, EXIT_UNREADABLE = 0, 1, 2
 

@@ -27,7 +27,7 @@ from streamer.tap.items import (
 from streamer.tap.rules import RULES, Violation
 
 if TYPE_CHECKING:
-    from streamer.tools import ResponsesToolNames
+    from streamer.core.tools import ResponsesToolNames
 
 TERMINALS = {
     "response.completed": "completed",

@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from streamer.tools import ResponsesToolNames
+    from streamer.core.tools import ResponsesToolNames
 
 CALL_KINDS = {"function_call": "function", "custom_tool_call": "custom"}
 CALL_TYPES = tuple(CALL_KINDS)

@@ -18,7 +18,7 @@ from typing import Any, TextIO
 
 import orjson
 
-from streamer import deltas as d
+from streamer.core import deltas as d
 from streamer.tap.identity import identity, label
 from streamer.tap.items import id_key, part_text
 from streamer.tap.rules import Violation

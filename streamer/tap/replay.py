@@ -16,15 +16,15 @@ from typing import Any, TextIO
 
 import orjson
 
-from streamer.errors import RequestError
-from streamer.events import Event
+from streamer.core.errors import RequestError
+from streamer.core.events import Event
+from streamer.core.sse import SSEDecoder
+from streamer.core.tools import NamingConfig
 from streamer.pipeline import TurnOptions, prepare
-from streamer.sse import SSEDecoder
 from streamer.tap.command import EXIT_CLEAN, EXIT_UNREADABLE, EXIT_VIOLATIONS, use_color
 from streamer.tap.grammar import GrammarChecker
 from streamer.tap.render import Renderer
-from streamer.tools import NamingConfig
-from streamer.upstream.chat_decode import ChatChunkDecoder
+from streamer.upstream.chat.decoder import ChatChunkDecoder
 
 
 class Recording:

@@ -28,8 +28,8 @@ import orjson
 import websockets
 from websockets.asyncio.client import connect as ws_connect
 
-from streamer.sse import SSEDecoder, SSEError
-from streamer.upstream.chat_decode import ChatChunkDecoder
+from streamer.core.sse import SSEDecoder, SSEError
+from streamer.upstream.chat.decoder import ChatChunkDecoder
 
 RESPONSES_SSE = "responses-sse"
 WEBSOCKET_LOG = "websocket-log"

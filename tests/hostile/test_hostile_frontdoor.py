@@ -152,7 +152,7 @@ async def test_slowloris_bodies_get_408_and_are_closed_at_the_body_timeout() -> 
 
 
 async def _wait_open(gw: GatewayHarness, count: int) -> None:
-    from streamer.frontdoor import FRONT_DOOR
+    from streamer.frontends.frontdoor import FRONT_DOOR
 
     assert gw.runner is not None
     door = gw.runner.app[FRONT_DOOR].door

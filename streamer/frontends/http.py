@@ -10,14 +10,14 @@ from typing import Any
 import orjson
 from aiohttp import web
 
-from . import sse
-from .errors import RequestError, invalid
-from .frontdoor import FRONT_DOOR
-from .gateway import GATEWAY, Gateway
-from .observe import observed
-from .pipeline import collect
+from streamer.core import sse
+from streamer.core.errors import RequestError, invalid
+from streamer.frontends.frontdoor import FRONT_DOOR
+from streamer.gateway import GATEWAY, Gateway
+from streamer.observe import observed
+from streamer.pipeline import collect
 
-log = logging.getLogger("streamer.http")
+log = logging.getLogger("streamer.frontends.http")
 
 SSE_HEADERS = {
     "Content-Type": "text/event-stream; charset=utf-8",
@@ -295,7 +295,7 @@ async def readyz(request: web.Request) -> web.Response:
 
 
 async def metrics(request: web.Request) -> web.Response:
-    from .metrics import CONTENT_TYPE
+    from streamer.metrics import CONTENT_TYPE
 
     body = request.app[GATEWAY].metrics.render()
     return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE})

@@ -16,8 +16,8 @@ from dataclasses import dataclass
 from itertools import count
 from typing import Any, Literal, get_args
 
-from streamer.tool_choice import ChoiceIndex, Entry, resolve_choice
-from streamer.tool_decls import ToolKind, declarations
+from streamer.core.tool_choice import ChoiceIndex, Entry, resolve_choice
+from streamer.core.tool_decls import ToolKind, declarations
 
 __all__ = [
     "DEFAULT_CONFIG",

@@ -20,7 +20,7 @@ import re
 from collections.abc import Iterable
 from typing import NamedTuple
 
-from .events import Event
+from streamer.core.events import Event
 
 _BOM = b"\xef\xbb\xbf"
 _message = tuple.__new__  # SSEMessage without the namedtuple's Python-level __new__

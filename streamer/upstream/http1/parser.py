@@ -25,7 +25,7 @@ from dataclasses import dataclass
 
 from multidict import CIMultiDict
 
-from .http1_wire import (
+from streamer.upstream.http1.wire import (
     MAX_HEAD,
     ChunkedDecoder,
     ProtocolError,

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Protocol
 
 import brotli
 
-from .http1_wire import ProtocolError
+from streamer.upstream.http1.wire import ProtocolError
 
 try:  # Python 3.14 has it in the standard library
     from compression import zstd  # type: ignore[import-not-found]
@@ -32,7 +32,7 @@ except ImportError:  # pragma: no cover - the version in use decides
     from backports import zstd  # type: ignore[import-not-found,no-redef]
 
 if TYPE_CHECKING:
-    from .http1 import Response
+    from streamer.upstream.http1.connection import Response
 
 MAX_OUTPUT = 256 << 10  # decoded bytes per `decode` call at most: 8 socket reads' worth
 BROTLI_BLOCK = 32 << 10  # brotli's first output block: its smallest step of output

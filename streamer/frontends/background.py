@@ -25,17 +25,17 @@ from typing import Any, TypeVar
 import orjson
 from aiohttp import web
 
-from . import sse
-from .errors import RequestError, invalid
-from .events import Event
-from .gateway import Gateway, stored
-from .observe import observed
-from .pipeline import Turn
-from .response import usage_object
-from .store import TERMINAL_EVENT_TYPES, ResponseStore, StoreUnavailable
-from .store.base import event_type
+from streamer.core import sse
+from streamer.core.errors import RequestError, invalid
+from streamer.core.events import Event
+from streamer.core.response import usage_object
+from streamer.gateway import Gateway, stored
+from streamer.observe import observed
+from streamer.pipeline import Turn
+from streamer.store import TERMINAL_EVENT_TYPES, ResponseStore, StoreUnavailable
+from streamer.store.base import event_type
 
-log = logging.getLogger("streamer.background")
+log = logging.getLogger("streamer.frontends.background")
 T = TypeVar("T")
 
 RUNNING = ("queued", "in_progress")

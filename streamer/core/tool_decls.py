@@ -13,7 +13,7 @@ from typing import Any, Literal, NamedTuple
 
 import orjson
 
-from streamer.errors import invalid
+from streamer.core.errors import invalid
 
 ToolKind = Literal["function", "custom", "tool_search"]
 

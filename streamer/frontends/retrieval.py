@@ -8,10 +8,10 @@ from __future__ import annotations
 
 from aiohttp import web
 
-from .background import RUNNING, follow
-from .errors import RequestError, invalid
-from .gateway import GATEWAY
-from .http import json_response
+from streamer.core.errors import RequestError, invalid
+from streamer.frontends.background import RUNNING, follow
+from streamer.frontends.http import json_response
+from streamer.gateway import GATEWAY
 
 
 def _not_found(response_id: str) -> RequestError:

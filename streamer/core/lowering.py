@@ -19,15 +19,15 @@ from typing import Any, Literal
 
 import orjson
 
-from streamer.errors import invalid
-from streamer.input_items import (
+from streamer.core.errors import invalid
+from streamer.core.input_items import (
     CALL_TYPES,
     OUTPUT_TYPES,
     TEXT_PARTS,
     normalize_input,
     public_output_to_input,
 )
-from streamer.tools import FlatTool, ResponsesToolNames
+from streamer.core.tools import FlatTool, ResponsesToolNames
 
 __all__ = ["LoweringOptions", "lower", "normalize_input", "public_output_to_input"]
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Literal, NamedTuple
 
-from streamer.errors import invalid
+from streamer.core.errors import invalid
 
 ChoiceMode = Literal["auto", "none", "required"]
 Resolution = tuple[ChoiceMode, tuple[str, ...] | None]

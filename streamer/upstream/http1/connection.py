@@ -26,10 +26,15 @@ import socket
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # the pool owns its connections; a connection only reports back
-    from .http1_pool import ConnectionPool
+    from streamer.upstream.http1.pool import ConnectionPool
 
-from .http1_parser import BODY, BROKEN, DONE, END, HEAD, Head, ResponseParser
-from .http1_wire import HTTPClientError, ProtocolError, ReadTimeout, ServerDisconnected
+from streamer.upstream.http1.parser import BODY, BROKEN, DONE, END, HEAD, Head, ResponseParser
+from streamer.upstream.http1.wire import (
+    HTTPClientError,
+    ProtocolError,
+    ReadTimeout,
+    ServerDisconnected,
+)
 
 HIGH_WATER = 32 << 10  # unread body bytes above which the socket is paused
 READ_SIZE = 32 << 10  # bytes per socket read at most

@@ -26,7 +26,7 @@ from typing import Generic, TypeVar, cast
 import orjson
 from aiohttp import web
 
-from .errors import RequestError
+from streamer.core.errors import RequestError
 
 K = TypeVar("K", bound=Hashable)
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]

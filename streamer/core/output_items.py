@@ -12,7 +12,7 @@ from typing import Any
 
 import orjson
 
-from .tools import ToolIdentity
+from streamer.core.tools import ToolIdentity
 
 # `error.code`s a client can act on: the spec's (`ResponseError.code`), plus the ones
 # Codex classifies itself (context window, quota, plan).

@@ -21,10 +21,10 @@ from collections import OrderedDict
 from collections.abc import Callable, Iterable
 from urllib.parse import unquote, urlsplit
 
-from .connection_limit import ConnectionLimit
-from .http1 import READ_SIZE, Connection, Response
-from .http1_wire import ConnectError, ServerDisconnected
-from .proxy import Proxy, connect_to_proxy, open_tunnel
+from streamer.upstream.http1.connection import READ_SIZE, Connection, Response
+from streamer.upstream.http1.connection_limit import ConnectionLimit
+from streamer.upstream.http1.proxy import Proxy, connect_to_proxy, open_tunnel
+from streamer.upstream.http1.wire import ConnectError, ServerDisconnected
 
 STALE_AFTER = 1.0  # see ConnectionPool.request
 

@@ -26,19 +26,24 @@ from urllib.parse import urlsplit
 
 import orjson
 
-from ..deltas import Delta, UpstreamError
-from ..errors import RequestError, server_error
-from ..identity import client_identity
-from ..redact import secrets_of
-from ..sse import SSEDecoder, SSEError, SSEMessage
-from .body_budget import ByteBudget
-from .chat_decode import INVALID_CHUNK, ChatChunkDecoder, decode_body, http_error
-from .connection_limit import ConnectionLimit
-from .content_coding import ContentCodingError, DecodedResponse, UnsupportedCoding, decoder_for
-from .http1 import READ_SIZE, Response
-from .http1_pool import ClientPools, ConnectionPool
-from .http1_wire import ConnectError, HTTPClientError, ProtocolError, ReadTimeout
-from .proxy import Proxy
+from streamer.core.deltas import Delta, UpstreamError
+from streamer.core.errors import RequestError, server_error
+from streamer.core.sse import SSEDecoder, SSEError, SSEMessage
+from streamer.identity import client_identity
+from streamer.redact import secrets_of
+from streamer.upstream.body_budget import ByteBudget
+from streamer.upstream.chat.decoder import INVALID_CHUNK, ChatChunkDecoder, decode_body, http_error
+from streamer.upstream.http1.connection import READ_SIZE, Response
+from streamer.upstream.http1.connection_limit import ConnectionLimit
+from streamer.upstream.http1.content_coding import (
+    ContentCodingError,
+    DecodedResponse,
+    UnsupportedCoding,
+    decoder_for,
+)
+from streamer.upstream.http1.pool import ClientPools, ConnectionPool
+from streamer.upstream.http1.proxy import Proxy
+from streamer.upstream.http1.wire import ConnectError, HTTPClientError, ProtocolError, ReadTimeout
 
 ERROR_BODY_LIMIT = 1 << 20  # enough for any error message; a larger body is cut
 # A whole non-streamed completion: 4x the default --max-output-bytes (JSON escapes, and

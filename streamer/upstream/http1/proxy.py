@@ -28,7 +28,13 @@ from http import HTTPStatus
 from typing import TypeVar
 from urllib.parse import unquote, urlsplit
 
-from .http1_wire import MAX_HEAD, ConnectError, ProtocolError, ServerDisconnected, parse_head
+from streamer.upstream.http1.wire import (
+    MAX_HEAD,
+    ConnectError,
+    ProtocolError,
+    ServerDisconnected,
+    parse_head,
+)
 
 DISABLED = "none"
 _P = TypeVar("_P", bound=asyncio.BaseProtocol)

@@ -29,15 +29,15 @@ from typing import Any
 import orjson
 from aiohttp import WSCloseCode, WSMsgType, web
 
-from .errors import RequestError, invalid, server_error
-from .events import Event
-from .gateway import GATEWAY, Gateway, continuation, previous_not_found
-from .observe import observed
-from .pipeline import Turn, warmup
-from .ws_frames import text_frames
-from .ws_queue import QUEUE_FULL, Admission, QueueBudget
+from streamer.core.errors import RequestError, invalid, server_error
+from streamer.core.events import Event
+from streamer.frontends.ws_frames import text_frames
+from streamer.frontends.ws_queue import QUEUE_FULL, Admission, QueueBudget
+from streamer.gateway import GATEWAY, Gateway, continuation, previous_not_found
+from streamer.observe import observed
+from streamer.pipeline import Turn, warmup
 
-log = logging.getLogger("streamer.websocket")
+log = logging.getLogger("streamer.frontends.websocket")
 
 MAX_IN_FLIGHT = 16
 MAX_LANES = 32  # distinct named lanes per connection; the default lane does not count
@@ -291,7 +291,7 @@ class Session:
         if state is not None:
             self.remembered.move_to_end(previous)
             return state[1]
-        from .store import StoreUnavailable
+        from streamer.store import StoreUnavailable
 
         try:
             # stored elsewhere: continue from it, if this socket's client owns it

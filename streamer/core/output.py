@@ -25,7 +25,7 @@ from typing import Any
 
 import orjson
 
-from .deltas import (
+from streamer.core.deltas import (
     Delta,
     Finish,
     ReasoningDelta,
@@ -35,8 +35,8 @@ from .deltas import (
     UpstreamError,
     Usage,
 )
-from .events import Event
-from .output_items import (
+from streamer.core.events import Event
+from streamer.core.output_items import (
     FAILURE_CODES,
     INCOMPLETE,
     LIMIT_REASON,
@@ -51,8 +51,8 @@ from .output_items import (
     new_item,
     part_done,
 )
-from .response import new_id, usage_object
-from .tools import ResponsesToolNames
+from streamer.core.response import new_id, usage_object
+from streamer.core.tools import ResponsesToolNames
 
 _dumps = orjson.dumps
 # `Event(...)` goes through the namedtuple's Python-level __new__; this is the C one.

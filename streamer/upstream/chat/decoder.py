@@ -17,7 +17,7 @@ from typing import Any
 
 import orjson
 
-from ..deltas import (
+from streamer.core.deltas import (
     Delta,
     Finish,
     ReasoningDelta,
@@ -27,10 +27,10 @@ from ..deltas import (
     UpstreamError,
     Usage,
 )
-from ..errors import RequestError
-from ..redact import scrub
-from ..sse import SSEDecoder, SSEError, SSEMessage
-from .chunk_shapes import NO_SHAPE, learn_arguments, learn_text
+from streamer.core.errors import RequestError
+from streamer.core.sse import SSEDecoder, SSEError, SSEMessage
+from streamer.redact import scrub
+from streamer.upstream.chat.chunk_shapes import NO_SHAPE, learn_arguments, learn_text
 
 INVALID_CHUNK = "invalid_upstream_chunk"
 _RATE_LIMIT_HEADERS = ("retry-after", "retry-after-ms")

@@ -1,0 +1,1 @@
+"""The pure core: synchronous code over plain data (names, lowering, deltas, output)."""

@@ -1,0 +1,1 @@
+"""Transports only: HTTP (SSE, JSON), WebSocket, background turns, retrieval."""

@@ -1,0 +1,1 @@
+"""Chat Completions backends: the stream decoder (bytes -> deltas) and the client."""
