@@ -27,6 +27,7 @@ test: $(STAMP)
 lint: $(STAMP)
 	$(BIN)/ruff check streamer tests bench
 	$(BIN)/ruff format --check streamer tests bench
+	$(BIN)/mypy
 
 format: $(STAMP)
 	$(BIN)/ruff check --fix streamer tests bench
