@@ -21,7 +21,8 @@ from streamer.config import Settings
 from streamer.core.errors import RequestError
 from streamer.core.response import new_id
 from streamer.frontends.frontdoor import FRONT_DOOR, FrontDoor, GuardedSite, door_middleware
-from streamer.gateway import GATEWAY, Gateway
+from streamer.frontends.http import GATEWAY
+from streamer.gateway import Gateway, store_unavailable
 from streamer.identity import CLIENT, client_identity
 from streamer.logs import choose_request_id
 
@@ -29,6 +30,8 @@ log = logging.getLogger("streamer.app")
 
 SETTINGS = web.AppKey("settings", Settings)
 
+CANCEL_WAIT = web.AppKey("cancel_wait", float)
+CANCEL_WAIT_SECONDS = 5.0
 SCRIPTED_RUNNER = web.AppKey("scripted_runner", web.AppRunner)
 REQUEST_ID = web.RequestKey("request_id", str)
 
@@ -106,15 +109,8 @@ async def errors_middleware(request: web.Request, handler: Handler) -> web.Strea
         return await handler(request)
     except RequestError as exc:
         return _error(exc)
-    except StoreUnavailable as exc:
-        return _error(
-            RequestError(
-                f"The response store is unavailable: {exc}",
-                status=503,
-                type="server_error",
-                code="store_unavailable",
-            )
-        )
+    except StoreUnavailable as exc:  # any route that reads the store
+        return _error(store_unavailable(exc))
     except web.HTTPRequestEntityTooLarge:
         limit = request.app[SETTINGS].max_body_bytes
         return _error(
@@ -184,6 +180,7 @@ async def _start(app: web.Application) -> None:
     from streamer.upstream.body_budget import ByteBudget
     from streamer.upstream.chat.client import ChatUpstream
     from streamer.upstream.http1.proxy import select_proxy
+    from streamer.upstream.registry import UpstreamRegistry
 
     settings = app[SETTINGS]
     base_url = settings.upstream
@@ -218,9 +215,11 @@ async def _start(app: web.Application) -> None:
     store = open_store(
         settings.store, ttl_seconds=settings.store_ttl, timeout=settings.store_timeout
     )
-    gateway = Gateway(settings, upstream, store)
+    background = Background(
+        store, store_wait=settings.background_store_wait, cancel_wait=app[CANCEL_WAIT]
+    )
+    gateway = Gateway(settings, UpstreamRegistry(upstream), store, background)
     observe_store(store, gateway.metrics.store_operations)
-    gateway.background = Background(gateway)
     app[GATEWAY] = gateway
 
 
@@ -264,10 +263,8 @@ async def _begin_shutdown(app: web.Application) -> None:
     """SIGTERM: the listener is closed already. In-flight HTTP turns get `--shutdown-grace`
     seconds to finish, alongside the WebSocket sessions' own drain; background turns run
     on meanwhile."""
-    from streamer.frontends.http import IN_FLIGHT
-
     deadline = asyncio.get_running_loop().time() + app[SETTINGS].shutdown_grace
-    app[SHUTDOWN].task = asyncio.create_task(app[IN_FLIGHT].drain(deadline))
+    app[SHUTDOWN].task = asyncio.create_task(app[GATEWAY].in_flight.drain(deadline))
 
 
 async def _finish_shutdown(app: web.Application) -> None:
@@ -279,10 +276,7 @@ async def _finish_shutdown(app: web.Application) -> None:
 async def _stop(app: web.Application) -> None:
     gateway = app.get(GATEWAY)
     if gateway is not None:
-        gateway.quiet.close()
-        await gateway.background.close()
-        await gateway.upstream.close()
-        await gateway.store.close()
+        await gateway.close()
     runner = app.get(SCRIPTED_RUNNER)
     if runner is not None:
         await runner.cleanup()
@@ -296,7 +290,9 @@ def check_settings(settings: Settings) -> None:
         raise ValueError("--metrics-auth needs client keys (--api-key or --api-key-file)")
 
 
-def create_app(settings: Settings) -> web.Application:
+def create_app(settings: Settings, *, cancel_wait: float = CANCEL_WAIT_SECONDS) -> web.Application:
+    """The gateway's application; `cancel_wait`: how long a cancel waits for the instance
+    running a background turn before ending it itself (tests shorten it)."""
     from streamer.frontends import http, retrieval, websocket
 
     check_settings(settings)
@@ -312,6 +308,7 @@ def create_app(settings: Settings) -> web.Application:
         handler_args={"max_line_size": limit, "max_field_size": limit},
     )
     app[SETTINGS] = settings
+    app[CANCEL_WAIT] = cancel_wait
     app[FRONT_DOOR] = front
     app.on_response_prepare.append(_add_request_id)
     app[SHUTDOWN] = _Shutdown()
@@ -355,10 +352,13 @@ async def _run(app: web.Application, settings: Settings) -> None:
 
 def serve(settings: Settings) -> None:
     """Run the gateway until SIGINT/SIGTERM (uvloop when available)."""
+    new_loop: Callable[[], asyncio.AbstractEventLoop] = asyncio.new_event_loop
     try:
         import uvloop
+
+        new_loop = uvloop.new_event_loop
     except ImportError:  # pragma: no cover - uvloop is a dependency on Linux
-        uvloop = None
+        pass
     logs.configure(settings.log_level)
     print(
         f"streamer: serving http://{settings.host}:{settings.port}/v1 "
@@ -367,7 +367,7 @@ def serve(settings: Settings) -> None:
     )
     app = create_app(settings)
     app.on_startup.append(_freeze_startup_objects)
-    loop = uvloop.new_event_loop() if uvloop else asyncio.new_event_loop()
+    loop = new_loop()
     asyncio.set_event_loop(loop)
     main = loop.create_task(_run(app, settings))
     try:

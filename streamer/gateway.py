@@ -1,32 +1,40 @@
-"""The gateway's per-process state: settings, the upstream client, the store.
+"""The gateway: per-process state (settings, upstreams, store) and every turn's lifecycle.
 
-It turns a client body into a prepared `Turn` (continuing a stored response when the
-body names `previous_response_id`) and stores finished responses.
+It turns a client's body into a prepared `Turn` (continuing a stored response when the
+body names `previous_response_id`), runs it into a transport's `Sink` (observed, stored
+at its end), drains turns at shutdown and starts background turns. It knows no HTTP:
+the frontends (SSE, JSON, WebSocket, background) are transports over `run`.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
-
-from aiohttp import web
 
 from streamer.config import Settings
 from streamer.core.errors import RequestError, invalid
+from streamer.core.events import Event
 from streamer.core.lowering import LoweringOptions
 from streamer.core.tools import NamingConfig
-from streamer.identity import CLIENT, request_client
+from streamer.identity import request_client
 from streamer.metrics import Metrics
-from streamer.pipeline import Turn, TurnOptions, Upstream, prepare
+from streamer.observe import observed
+from streamer.pipeline import Sink, Turn, TurnOptions, prepare
 from streamer.quiet_trim import QuietTrim, malloc_trim
 from streamer.recorder import TapDirectory
-from streamer.store import ResponseStore, StoredResponse
+from streamer.records import stored
+from streamer.store import ResponseStore, StoreUnavailable
+from streamer.upstream.registry import UpstreamRegistry
 
 if TYPE_CHECKING:
     from streamer.frontends.background import Background
 
 log = logging.getLogger("streamer.gateway")
+
+SHUT_DOWN = "The gateway shut down before the response finished; retry the request."
 
 
 def turn_options(settings: Settings) -> TurnOptions:
@@ -70,13 +78,98 @@ def continuation(
     return [*map(dict, input_items), *map(dict, output)]
 
 
+def store_unavailable(exc: StoreUnavailable) -> RequestError:
+    """A store outage as the client sees it: a 503, never a hang."""
+    return RequestError(
+        f"The response store is unavailable: {exc}",
+        status=503,
+        type="server_error",
+        code="store_unavailable",
+    )
+
+
+def shutting_down() -> RequestError:
+    return RequestError(
+        "The server is shutting down; retry the request.",
+        status=503,
+        type="server_error",
+        code="server_shutting_down",
+    )
+
+
+def always(turn: Turn) -> bool:
+    """Store every finished turn (HTTP: failed ones too)."""
+    return True
+
+
+def never(turn: Turn) -> bool:
+    """Store nothing at the end (background turns write their record as they go)."""
+    return False
+
+
+class InFlight:
+    """The drained turns being served, so that a shutdown lets them finish, then ends the rest.
+
+    At the deadline each remaining turn's task is cancelled with `cut` set: `Gateway.run`
+    then ends it as `response.failed`, stored as such, instead of being torn off mid-frame.
+    """
+
+    __slots__ = ("closing", "cut", "tasks")
+
+    def __init__(self) -> None:
+        self.tasks: set[asyncio.Task[Any]] = set()
+        self.closing = False  # shutting down: no new turns
+        self.cut = False  # the deadline passed: a cancelled turn ends as failed
+
+    @contextlib.contextmanager
+    def tracking(self) -> Iterator[None]:
+        """The current task is a turn the shutdown drains while inside."""
+        task = asyncio.current_task()
+        assert task is not None
+        self.tasks.add(task)
+        try:
+            yield
+        finally:
+            self.tasks.discard(task)
+
+    async def drain(self, deadline: float) -> None:
+        """Let the turns run until `deadline` (loop time), then end the rest as failed."""
+        self.closing = True
+        loop = asyncio.get_running_loop()
+        if self.tasks:
+            await asyncio.wait(list(self.tasks), timeout=max(0.0, deadline - loop.time()))
+        if self.tasks:
+            self.cut = True
+            for task in self.tasks:
+                task.cancel()
+            await asyncio.wait(list(self.tasks), timeout=1.0)  # each only writes its end
+
+    def absorb_cut(self) -> bool:
+        """In a cancelled turn: whether the deadline cancelled it (the cancel is then undone)."""
+        task = asyncio.current_task()
+        if not self.cut or task not in self.tasks:  # another cancel (a WebSocket closing, …)
+            return False
+        assert task is not None
+        task.uncancel()
+        return True
+
+
 class Gateway:
-    def __init__(self, settings: Settings, upstream: Upstream, store: ResponseStore) -> None:
+    """Settings, upstreams, store and background turns; owns every turn's lifecycle."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        upstreams: UpstreamRegistry,
+        store: ResponseStore,
+        background: Background,
+    ) -> None:
         self.settings = settings
-        self.upstream = upstream
+        self.upstreams = upstreams
         self.store = store
+        self.background = background
         self.options = turn_options(settings)
-        self.background: Background
+        self.in_flight = InFlight()
         self.stats: dict[str, int] = {"http_turns": 0, "ws_connections": 0, "ws_turns": 0}
         self.metrics = Metrics()
         self.tap = TapDirectory(settings.tap_dir) if settings.tap_dir else None
@@ -84,44 +177,94 @@ class Gateway:
             settings.trim_after, malloc_trim() if settings.trim_after > 0 else None
         )
 
+    def client(self, authenticated: str | None, headers: Mapping[str, str]) -> str:
+        """The identity a request acts as (its matched key, or the forwarded Authorization):
+        it owns what it stores, sees only that."""
+        return request_client(
+            authenticated, headers, forward_authorization=self.settings.forward_authorization
+        )
+
     async def prepare(
         self,
         body: Any,
-        request: web.Request | None = None,
         *,
-        history: Sequence[Mapping[str, Any]] | None = None,
+        client: str | None = None,
+        authorization: str | None = None,
+        history: Sequence[dict[str, Any]] | None = None,
     ) -> Turn:
-        """Validate, continue from the store if asked, and lower one request."""
-        client = self.client(request) if request is not None else None
+        """Validate, continue from the store if asked, and lower one request.
+
+        `client`: who asks (`client`); `authorization`: the client's header, forwarded to
+        the backend under `--forward-authorization`; `history`: given by a transport that
+        holds it (a WebSocket's remembered responses), else loaded from the store.
+        """
         if history is None:
-            history = await self.history(body, client)
+            previous = body.get("previous_response_id") if isinstance(body, dict) else None
+            # absent, or a type error that validation reports with its param
+            history = await self.history(previous, client) if isinstance(previous, str) else []
         turn = prepare(body, self.options, history=history)
         if client is not None:
             turn.client = client
-        if request is not None and self.settings.forward_authorization:
-            auth = request.headers.get("Authorization")
-            if auth:
-                turn.headers["Authorization"] = auth
+        if authorization and self.settings.forward_authorization:
+            turn.headers["Authorization"] = authorization
         return turn
 
-    def client(self, request: web.Request) -> str:
-        """The identity a request acts as: it owns what it stores, sees only that."""
-        return request_client(
-            request.get(CLIENT),
-            request.headers,
-            forward_authorization=self.settings.forward_authorization,
-        )
-
-    async def history(self, body: Any, client: str | None = None) -> list[dict[str, Any]]:
-        """The continued response's input then output; another client's is not found."""
-        previous = body.get("previous_response_id") if isinstance(body, dict) else None
-        if not previous or not isinstance(previous, str):
-            return []  # absent, or a type error that validation reports with its param
-        # StoreUnavailable: a 503, never a hang
-        record = await self.store.get(previous, owner=client)
+    async def history(self, previous: str, client: str | None) -> list[dict[str, Any]]:
+        """The continued response's input then output; another client's is not found, and
+        a store outage is a 503."""
+        if not previous:
+            return []
+        try:
+            record = await self.store.get(previous, owner=client)
+        except StoreUnavailable as exc:
+            raise store_unavailable(exc) from None
         if record is None:
             raise previous_not_found(previous)
         return continuation(record.input_items, record.response.get("output") or [])
+
+    async def run(
+        self, turn: Turn, sink: Sink, transport: str, *, keep: Callable[[Turn], bool] = always
+    ) -> None:
+        """Run one turn into `sink`, observed (metrics, `--tap-dir`), stored at its end.
+
+        A finished turn is stored (if `keep(turn)`, and unless `store: false`) before its
+        last batch goes out, so a client can chain from it at once. A refusal before the
+        first event raises `RequestError` with nothing sent. At the shutdown deadline a
+        drained turn ends `failed`, stored, if its client was answered; else a 503.
+        """
+        streamer = turn.streamer
+        ending: list[Event] = []  # the last batch, while it is being stored and not yet sent
+        upstream = self.upstreams.resolve(turn)
+        events = observed(turn, upstream, transport, self.metrics, self.quiet, self.tap)
+        try:
+            async with contextlib.aclosing(events):
+                async for batch in events:
+                    if not streamer.done:
+                        await sink.send(batch, False)
+                        continue
+                    ending = batch
+                    if keep(turn):
+                        await self.remember(turn)
+                    ending = []
+                    await sink.send(batch, True)
+                    return
+        except asyncio.CancelledError:
+            if not self.in_flight.absorb_cut():
+                raise
+            await self._cut(turn, sink, ending, keep)
+
+    async def _cut(
+        self, turn: Turn, sink: Sink, ending: list[Event], keep: Callable[[Turn], bool]
+    ) -> None:
+        """The shutdown deadline: end the turn well. A send that was interrupted has
+        already handed its bytes over, so only an unsent end remains."""
+        if not sink.answered:
+            raise shutting_down() from None
+        tail = ending or turn.streamer.fail("server_error", SHUT_DOWN)
+        if tail:
+            if keep(turn):
+                await self.remember(turn)
+            await sink.send(tail, True)
 
     async def remember(self, turn: Turn) -> None:
         """Store a finished response unless the client said `store: false`."""
@@ -132,31 +275,25 @@ class Gateway:
         except Exception as exc:  # the client already has its answer; say so in the log
             log.warning("could not store response %s: %s", turn.response["id"], exc)
 
+    async def models(self, authorization: str | None) -> tuple[int, bytes]:
+        """`GET /v1/models` from the backend: status and body (the client's Authorization
+        forwarded under `--forward-authorization`)."""
+        headers = None
+        if authorization and self.settings.forward_authorization:
+            headers = {"Authorization": authorization}
+        return await self.upstreams.models(headers)
 
-def stored(turn: Turn) -> StoredResponse:
-    """What the store keeps of a turn: the public response, the input as listed, the names,
-    and who asked (the owner)."""
-    return StoredResponse(
-        turn.response,
-        [public_input_item(item) for item in turn.items],
-        turn.names.to_json(),
-        turn.client or None,
-    )
+    async def start_background(self, turn: Turn) -> bytes:
+        """Accept a background turn (stored as queued, then run in its own task); its
+        queued snapshot."""
+        return await self.background.start(turn, self._run_background)
 
+    async def _run_background(self, turn: Turn, sink: Sink) -> None:
+        await self.run(turn, sink, "background", keep=never)  # it writes its own record
 
-def public_input_item(item: dict[str, Any]) -> dict[str, Any]:
-    """An input item as `input_items` lists it: message text as a list of content parts.
-
-    Still a valid input item, so a continuation replays it unchanged.
-    """
-    content = item.get("content")
-    if item.get("type") != "message" or not isinstance(content, str):
-        return item
-    kind = "output_text" if item.get("role") == "assistant" else "input_text"
-    part: dict[str, Any] = {"type": kind, "text": content}
-    if kind == "output_text":
-        part["annotations"] = []
-    return {**item, "content": [part]}
-
-
-GATEWAY = web.AppKey("gateway", Gateway)
+    async def close(self) -> None:
+        """Shutdown: background turns end, then the upstreams and the store close."""
+        self.quiet.close()
+        await self.background.close()
+        await self.upstreams.close()
+        await self.store.close()

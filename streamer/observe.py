@@ -1,29 +1,34 @@
 """One turn's event stream as operators see it: metrics and the optional tap recording.
 
-Every frontend (SSE, JSON, WebSocket, background) runs its turn through `observed`,
-so counting and recording happen in one place, once per batch of events.
+Every turn runs through `observed` (in `Gateway.run`, whatever its transport), so
+counting and recording happen in one place, once per batch of events.
 """
 
 from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import AsyncIterator
-from typing import TYPE_CHECKING
+from collections.abc import AsyncGenerator
 
 from streamer.core.errors import RequestError
 from streamer.core.events import Event
-from streamer.pipeline import Turn, stream_events
+from streamer.metrics import Metrics
+from streamer.pipeline import Turn, Upstream, stream_events
+from streamer.quiet_trim import QuietTrim
+from streamer.recorder import TapDirectory
 
-if TYPE_CHECKING:
-    from streamer.gateway import Gateway
 
-
-async def observed(gateway: Gateway, turn: Turn, transport: str) -> AsyncIterator[list[Event]]:
+async def observed(
+    turn: Turn,
+    upstream: Upstream,
+    transport: str,
+    metrics: Metrics,
+    quiet: QuietTrim,
+    tap: TapDirectory | None = None,
+) -> AsyncGenerator[list[Event], None]:
     """`stream_events` with metrics and, under `--tap-dir`, a recording of the exchange."""
-    metrics = gateway.metrics
     started = time.monotonic()
-    recorder = gateway.tap.open(turn.response["id"]) if gateway.tap is not None else None
+    recorder = tap.open(turn.response["id"]) if tap is not None else None
     on_raw = None
     if recorder is not None:
         recorder.client_request(turn.request)
@@ -32,12 +37,10 @@ async def observed(gateway: Gateway, turn: Turn, transport: str) -> AsyncIterato
     sent = metrics.child(metrics.events, transport)
     active = metrics.child(metrics.active_streams, transport)
     active.inc()
-    gateway.quiet.started()
+    quiet.started()
     first = True
     try:
-        async with contextlib.aclosing(
-            stream_events(turn, gateway.upstream, on_raw=on_raw)
-        ) as events:
+        async with contextlib.aclosing(stream_events(turn, upstream, on_raw=on_raw)) as events:
             async for batch in events:
                 if first:
                     metrics.first_event.observe(time.monotonic() - started)
@@ -53,7 +56,7 @@ async def observed(gateway: Gateway, turn: Turn, transport: str) -> AsyncIterato
         raise
     finally:
         active.dec()
-        gateway.quiet.ended()
+        quiet.ended()
         status = turn.response["status"]
         if not turn.streamer.done:  # refused before any event, or the client went away
             status = "refused" if first else "abandoned"

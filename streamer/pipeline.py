@@ -2,8 +2,9 @@
 
 `prepare` is pure: it validates the client's request, builds the tool map once, lowers
 the request for the backend and builds the `OutputItemStreamer`. `stream_events` runs
-the turn against an upstream and yields batches of encoded events; `collect` is the
-same run for non-streaming requests. Every frontend goes through these three.
+the turn against an upstream and yields batches of encoded events. `Gateway.run` drives
+it for every transport (SSE, JSON, WebSocket, background); `Sink` is what a transport
+gives it.
 
 The turn owns what a backend may make it hold: the streamer counts output characters
 and items (`OutputLimits`) and `stream_events` acts on them, and on the turn's deadline
@@ -15,7 +16,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -57,6 +58,20 @@ class Upstream(Protocol):
         on_raw: Callable[[bytes], None] | None = None,
         client: str = "",
     ) -> UpstreamStream: ...
+
+
+class Sink(Protocol):
+    """Where a transport takes a turn's events (`Gateway.run`): SSE, JSON, WebSocket, log."""
+
+    @property
+    def answered(self) -> bool:
+        """Whether the client has an answer under way: a failure must then be sent as
+        events (else it can still be an HTTP error)."""
+        ...
+
+    async def send(self, batch: list[Event], final: bool) -> None:
+        """One batch of events, in order; `final`: it holds the terminal event."""
+        ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -234,7 +249,7 @@ def prepare(
     request: dict[str, Any],
     options: TurnOptions,
     *,
-    history: Sequence[Mapping[str, Any]] = (),
+    history: Sequence[dict[str, Any]] = (),
     response_id: str | None = None,
 ) -> Turn:
     """Validate and lower one request. `history` is the continued response's input+output."""
@@ -345,7 +360,7 @@ def _limit_hit(turn: Turn) -> list[Event]:
 
 async def stream_events(
     turn: Turn, upstream: Upstream, *, on_raw: Callable[[bytes], None] | None = None
-) -> AsyncIterator[list[Event]]:
+) -> AsyncGenerator[list[Event], None]:
     """Run the turn; yield one batch of events per upstream read.
 
     The upstream is opened before the first event, so that a backend that refuses the
@@ -432,13 +447,6 @@ def _settle(turn: Turn, stream: UpstreamStream) -> list[Event]:
     if stream.exhausted:
         return turn.streamer.finish()
     return []
-
-
-async def collect(events: AsyncIterator[list[Event]], turn: Turn) -> dict[str, Any]:
-    """A non-streaming request: the same run, events dropped, the final response kept."""
-    async for _ in events:
-        pass
-    return turn.response
 
 
 def warmup(turn: Turn) -> list[Event]:

@@ -11,7 +11,8 @@ from scripted_backend import ScriptedBackend
 from streamer.app import create_app
 from streamer.config import Settings
 from streamer.frontends.frontdoor import GuardedSite
-from streamer.gateway import GATEWAY, Gateway
+from streamer.frontends.http import GATEWAY
+from streamer.gateway import Gateway
 
 
 class GatewayHarness:

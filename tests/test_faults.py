@@ -242,7 +242,7 @@ WATCHED = (Turn, ChatStream, OutputItemStreamer, Session)
 
 def upstream_connections(gw: GatewayHarness) -> tuple[int, int]:
     """The gateway's connections to the backend: (in use, idle in the keep-alive pool)."""
-    upstream = gw.gateway.upstream
+    upstream = gw.gateway.upstreams.resolve()
     upstream = getattr(upstream, "inner", upstream)  # under the redacting wrapper
     pool = getattr(upstream, "_pools", None)
     if pool is not None:  # the http1 pools, one per client

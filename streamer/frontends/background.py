@@ -19,8 +19,8 @@ import contextlib
 import functools
 import logging
 from collections import deque
-from collections.abc import Awaitable, Callable
-from typing import Any, TypeVar
+from collections.abc import AsyncGenerator, Awaitable, Callable
+from typing import Any, TypeVar, cast
 
 import orjson
 from aiohttp import web
@@ -29,9 +29,8 @@ from streamer.core import sse
 from streamer.core.errors import RequestError, invalid
 from streamer.core.events import Event
 from streamer.core.response import usage_object
-from streamer.gateway import Gateway, stored
-from streamer.observe import observed
-from streamer.pipeline import Turn
+from streamer.pipeline import Sink, Turn
+from streamer.records import stored
 from streamer.store import TERMINAL_EVENT_TYPES, ResponseStore, StoreUnavailable
 from streamer.store.base import event_type
 
@@ -53,114 +52,128 @@ RETRY_MAX = 1.0
 STORE_FAILED = "store_unavailable"
 
 
+TurnRun = Callable[[Turn, Sink], Awaitable[None]]  # `Gateway.run` for background turns
+
+
+class _LogSink:
+    """A background turn's transport: every batch goes to the store's event log."""
+
+    __slots__ = ("background", "turn")
+    answered = True  # the client had its answer (the queued response) before the turn ran
+
+    def __init__(self, background: Background, turn: Turn) -> None:
+        self.background = background
+        self.turn = turn
+
+    async def send(self, batch: list[Event], final: bool) -> None:
+        await self.background.log(self.turn, batch)
+
+
 class Background:
     """The background turns this instance runs, and cancel for any instance's turns."""
 
-    def __init__(self, gateway: Gateway, *, cancel_wait: float = 5.0) -> None:
-        self.gateway = gateway
+    def __init__(self, store: ResponseStore, *, store_wait: float, cancel_wait: float = 5.0):
+        self.store = store
+        self.store_wait = store_wait  # --background-store-wait
         # How long a cancel waits for the running instance to end the turn before it
         # decides that instance is gone and ends the response itself.
         self.cancel_wait = cancel_wait
         self.tasks: dict[str, asyncio.Task[None]] = {}
         self.unlogged: dict[str, deque[Event]] = {}
 
-    async def create(self, request: web.Request, turn: Turn) -> web.StreamResponse:
-        """Accept a background turn: stored as queued, then run in its own task."""
+    async def start(self, turn: Turn, run: TurnRun) -> bytes:
+        """Accept a background turn: stored as queued, then `run` in its own task; the
+        queued snapshot (what the client is answered)."""
         if turn.request.get("store") is False:
             raise invalid("Background responses require 'store' to be true.", "background")
-        store = self.gateway.store
         response_id = turn.response["id"]
         queued = turn.streamer.queued()
         try:
             # A store outage is a 503 here, before anything started. The event goes first:
             # a failure then leaves no record that would read `queued` until its TTL.
-            await self._log(turn, queued, wait=0.0)
+            await self.log(turn, queued, wait=0.0)
             await self._put(turn)
         except BaseException:
             self.unlogged.pop(response_id, None)
             raise
         body = orjson.dumps(turn.response)  # the queued snapshot, before the task runs
-        task = asyncio.create_task(self._run(turn), name=f"background {response_id}")
+        task = asyncio.create_task(self._run(turn, run), name=f"background {response_id}")
         self.tasks[response_id] = task
         task.add_done_callback(lambda _: self.tasks.pop(response_id, None))
-        if not turn.request.get("stream"):
-            return web.Response(body=body, content_type="application/json")
-        return await follow(request, store, response_id, after=-1)
+        return body
 
-    async def _run(self, turn: Turn) -> None:
-        """Run the turn to its end, logging every event; never raises but CancelledError."""
+    async def _run(self, turn: Turn, run: TurnRun) -> None:
+        """The turn's task, and a watcher that cancels it when a cancel is asked for;
+        never raises but CancelledError (the gateway is shutting down)."""
         response_id = turn.response["id"]
-        streamer = turn.streamer
-        events = observed(self.gateway, turn, "background")
-        cancelled = asyncio.create_task(self._cancel_requested(response_id))
-        step: asyncio.Future[list[Event]] | None = None
+        running = asyncio.create_task(self._turn(turn, run))
+        watcher = asyncio.create_task(self._cancel_requested(response_id))
         try:
-            while not streamer.done:
-                step = asyncio.ensure_future(anext(events))
-                await asyncio.wait({step, cancelled}, return_when=asyncio.FIRST_COMPLETED)
-                if not step.done():  # cancelled: stop the backend now, end `cancelled`
-                    await _stop(step)
-                    await self._log(turn, streamer.cancel())
-                    break
-                try:
-                    batch = step.result()
-                except StopAsyncIteration:
-                    break
-                except RequestError as exc:  # the backend refused before streaming
-                    batch = streamer.start() if streamer.sequence_number <= 1 else []
-                    batch += streamer.fail(exc.code or "server_error", exc.message)
-                await self._log(turn, batch)
-        except asyncio.CancelledError:  # the gateway is shutting down
-            await _stop(step)
-            await events.aclose()
+            await asyncio.wait({running, watcher}, return_when=asyncio.FIRST_COMPLETED)
+            if not running.done():  # cancelled: stop the backend now, end `cancelled`
+                await _stop(running)
+                await self.log(turn, turn.streamer.cancel())
+        except asyncio.CancelledError:
+            await _stop(running)
             with contextlib.suppress(Exception):
-                await self._log(turn, streamer.fail("server_error", "The gateway shut down."))
+                await self.log(turn, turn.streamer.fail("server_error", "The gateway shut down."))
             raise
-        except StoreUnavailable as exc:  # still unavailable after the wait: stop the backend
-            log.error("background response %s: the store did not come back: %s", response_id, exc)
-            await _stop(step)
-            await events.aclose()  # the backend is released before the failure is written
-            await self._fail(turn, STORE_FAILED, "The response store was unavailable.")
-        except Exception as exc:
-            log.warning("background response %s failed: %r", response_id, exc)
-            await _stop(step)
-            await events.aclose()
-            await self._fail(turn, "server_error", "Internal error.")
         finally:
-            cancelled.cancel()
-            if step is None or step.done():
-                await events.aclose()
+            watcher.cancel()
             self.unlogged.pop(response_id, None)
             with contextlib.suppress(Exception):
-                await self.gateway.store.end_events(response_id)
+                await self.store.end_events(response_id)
+
+    async def _turn(self, turn: Turn, run: TurnRun) -> None:
+        """Run the turn into the log; every failure ends it `failed` (the backend is
+        released first: `run` has closed it by the time it raises)."""
+        try:
+            await self._attempt(turn, run)
+        except StoreUnavailable as exc:  # still unavailable after the wait
+            log.error("background response %s: the store did not come back: %s",
+                      turn.response["id"], exc)  # fmt: skip
+            await self._fail(turn, STORE_FAILED, "The response store was unavailable.")
+        except Exception as exc:
+            log.warning("background response %s failed: %r", turn.response["id"], exc)
+            await self._fail(turn, "server_error", "Internal error.")
+
+    async def _attempt(self, turn: Turn, run: TurnRun) -> None:
+        """`run` into the log; a refusal before streaming is logged as the turn's failure."""
+        try:
+            await run(turn, _LogSink(self, turn))
+        except RequestError as exc:  # the backend refused before streaming
+            streamer = turn.streamer
+            batch = streamer.start() if streamer.sequence_number <= 1 else []
+            batch += streamer.fail(exc.code or "server_error", exc.message)
+            await self.log(turn, batch)
 
     async def _cancel_requested(self, response_id: str) -> None:
         """Return once a cancel was asked for; a store outage only delays noticing it."""
         while True:
             try:
-                await self.gateway.store.wait_cancel(response_id)
+                await self.store.wait_cancel(response_id)
                 return
             except Exception as exc:  # StoreUnavailable, mostly
                 log.warning("waiting for cancels of %s: %r", response_id, exc)
                 await asyncio.sleep(1.0)
 
     async def _put(self, turn: Turn) -> None:
-        await self.gateway.store.put(stored(turn))
+        await self.store.put(stored(turn))
 
     async def _fail(self, turn: Turn, code: str, message: str) -> None:
         """End the turn `failed`, logging whatever is still unlogged first."""
         with contextlib.suppress(Exception):
-            await self._log(turn, turn.streamer.fail(code, message))
+            await self.log(turn, turn.streamer.fail(code, message))
 
-    async def _log(self, turn: Turn, events: list[Event], *, wait: float | None = None) -> None:
+    async def log(self, turn: Turn, events: list[Event], *, wait: float | None = None) -> None:
         """Append events to the store's log in order. An event leaves the turn's queue only
         once logged, so a log interrupted by shutdown or a store outage is finished before
         the failure events that follow it (no gap in the sequence numbers). Each write is
         retried for `wait` seconds (default `--background-store-wait`) while the store is
         unavailable; writes are idempotent (a put replaces, a logged seq is ignored)."""
-        store = self.gateway.store
+        store = self.store
         response_id = turn.response["id"]
-        window = self.gateway.settings.background_store_wait if wait is None else wait
+        window = self.store_wait if wait is None else wait
         pending = self.unlogged.setdefault(response_id, deque())
         pending.extend(events)
         while pending:
@@ -173,7 +186,7 @@ class Background:
 
     async def cancel(self, response_id: str) -> dict[str, Any] | None:
         """Ask whichever instance runs it to cancel; return the response once it ended."""
-        store = self.gateway.store
+        store = self.store
         response = await store.get_response(response_id)
         if response is None:
             return None
@@ -185,7 +198,7 @@ class Background:
         last = -1
         try:
             async with asyncio.timeout(self.cancel_wait):
-                async with contextlib.aclosing(store.events(response_id)) as logged:
+                async with contextlib.aclosing(_log_of(store, response_id)) as logged:
                     async for seq, _ in logged:  # ends with the running instance's terminal
                         last = seq
         except TimeoutError:
@@ -225,11 +238,18 @@ async def _retrying(write: Callable[[], Awaitable[T]], window: float, response_i
             delay = min(delay * 2, RETRY_MAX)
 
 
-async def _stop(step: asyncio.Future[Any] | None) -> None:
-    """Cancel a pending read of the turn's events (which closes the backend request)."""
-    if step is not None and not step.done():
-        step.cancel()
-        await asyncio.wait({step})
+async def _stop(task: asyncio.Task[None]) -> None:
+    """Cancel the turn's task (its run closes the backend request) and wait for its end."""
+    if not task.done():
+        task.cancel()
+        await asyncio.wait({task})
+
+
+def _log_of(
+    store: ResponseStore, response_id: str, after: int = -1
+) -> AsyncGenerator[tuple[int, bytes], None]:
+    """The store's event log, as the async generator every store returns (closable)."""
+    return cast("AsyncGenerator[tuple[int, bytes], None]", store.events(response_id, after=after))
 
 
 async def _end_orphan(store: ResponseStore, response_id: str, last: int) -> None:
@@ -259,7 +279,7 @@ async def follow(
     reply = web.StreamResponse(headers=SSE_HEADERS)
     await reply.prepare(request)
     last, kind = after, None
-    async with contextlib.aclosing(store.events(response_id, after=after)) as logged:
+    async with contextlib.aclosing(_log_of(store, response_id, after)) as logged:
         try:
             async for last, data in logged:
                 kind = event_type(data)

@@ -1,9 +1,9 @@
-"""HTTP routes for `/v1/responses`: SSE encoding and JSON collect over one pipeline."""
+"""HTTP routes for `/v1/responses`: SSE and JSON transports over `Gateway.run`, plus
+`/v1/models`, `/healthz`, `/readyz` and `/metrics`."""
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from typing import Any
 
@@ -12,79 +12,17 @@ from aiohttp import web
 
 from streamer.core import sse
 from streamer.core.errors import RequestError, invalid
+from streamer.core.events import Event
+from streamer.frontends.background import SSE_HEADERS, follow
 from streamer.frontends.frontdoor import FRONT_DOOR
-from streamer.gateway import GATEWAY, Gateway
-from streamer.observe import observed
-from streamer.pipeline import collect
+from streamer.gateway import Gateway, shutting_down
+from streamer.identity import CLIENT
+from streamer.pipeline import Turn
 
 log = logging.getLogger("streamer.frontends.http")
 
-SSE_HEADERS = {
-    "Content-Type": "text/event-stream; charset=utf-8",
-    "Cache-Control": "no-cache",
-    "X-Accel-Buffering": "no",
-}
-SHUT_DOWN = "The gateway shut down before the response finished; retry the request."
 
-
-class _SSEReply(web.StreamResponse):
-    """A streamed reply whose head leaves with the first events, in one write.
-
-    Every write on loopback or a LAN costs a syscall and a wake-up of the reader; the
-    head on its own would be one more per response (aiohttp's plain responses already
-    buffer it the same way).
-    """
-
-    _send_headers_immediately = False
-
-
-class InFlight:
-    """The HTTP turns being served, so that a shutdown lets them finish, then ends the rest.
-
-    At the deadline each remaining turn's task is cancelled with `cut` set: the turn
-    then ends as `response.failed` (SSE and JSON alike), stored as such, instead of
-    being torn off mid-frame.
-    """
-
-    __slots__ = ("closing", "cut", "tasks")
-
-    def __init__(self) -> None:
-        self.tasks: set[asyncio.Task[Any]] = set()
-        self.closing = False  # shutting down: no new turns
-        self.cut = False  # the deadline passed: a cancelled turn ends as failed
-
-    async def drain(self, deadline: float) -> None:
-        """Let the turns run until `deadline` (loop time), then end the rest as failed."""
-        self.closing = True
-        loop = asyncio.get_running_loop()
-        if self.tasks:
-            await asyncio.wait(list(self.tasks), timeout=max(0.0, deadline - loop.time()))
-        if self.tasks:
-            self.cut = True
-            for task in self.tasks:
-                task.cancel()
-            await asyncio.wait(list(self.tasks), timeout=1.0)  # each only writes its end
-
-    def absorb_cut(self) -> bool:
-        """In a cancelled turn: whether the deadline cancelled it (the cancel is then undone)."""
-        if not self.cut:
-            return False
-        task = asyncio.current_task()
-        if task is not None:
-            task.uncancel()
-        return True
-
-
-IN_FLIGHT = web.AppKey("in_flight", InFlight)
-
-
-def shutting_down() -> RequestError:
-    return RequestError(
-        "The server is shutting down; retry the request.",
-        status=503,
-        type="server_error",
-        code="server_shutting_down",
-    )
+GATEWAY = web.AppKey("gateway", Gateway)
 
 
 def json_response(
@@ -140,92 +78,86 @@ async def read_json(request: web.Request) -> Any:
 async def create_response(request: web.Request) -> web.StreamResponse:
     """POST /v1/responses."""
     gateway = request.app[GATEWAY]
-    in_flight = request.app[IN_FLIGHT]
-    if in_flight.closing:
+    if gateway.in_flight.closing:
         raise shutting_down()
     body = await read_json(request)
-    turn = await gateway.prepare(body, request)
+    headers = request.headers
+    turn = await gateway.prepare(
+        body,
+        client=gateway.client(request.get(CLIENT), headers),
+        authorization=headers.get("Authorization"),
+    )
     gateway.stats["http_turns"] += 1
     if body.get("background"):
-        return await gateway.background.create(request, turn)
-    task = asyncio.current_task()
-    assert task is not None
-    in_flight.tasks.add(task)
-    try:
+        snapshot = await gateway.start_background(turn)
+        if not turn.request.get("stream"):
+            return web.Response(body=snapshot, content_type="application/json")
+        return await follow(request, gateway.store, turn.response["id"], after=-1)
+    with gateway.in_flight.tracking():
         if not body.get("stream"):
-            return await collect_json(gateway, turn, in_flight)
-        return await stream_sse(request, gateway, turn, in_flight)
-    finally:
-        in_flight.tasks.discard(task)
+            await gateway.run(turn, _JSONSink(), "json")
+            return json_response(turn.response)
+        return await stream_sse(request, gateway, turn)
 
 
-async def collect_json(gateway: Gateway, turn: Any, in_flight: InFlight) -> web.Response:
+class _JSONSink:
+    """A non-streaming turn: events dropped, the final response is the answer."""
+
+    __slots__ = ()
+    answered = True  # a failure is still a 200 with a failed response
+
+    async def send(self, batch: list[Event], final: bool) -> None:
+        return None
+
+
+class _SSESink:
+    """A streamed turn: one write per batch of events ready at once.
+
+    The reply starts with the first batch: a backend that refuses the turn before any
+    event is still an HTTP error. The last batch and the end of the chunked body leave
+    in one write.
+    """
+
+    __slots__ = ("reply", "request")
+
+    def __init__(self, request: web.Request) -> None:
+        self.request = request
+        self.reply: web.StreamResponse | None = None
+
+    @property
+    def answered(self) -> bool:
+        return self.reply is not None
+
+    async def send(self, batch: list[Event], final: bool) -> None:
+        reply = self.reply
+        if reply is None:  # X-Request-Id: added by the app on every answer
+            reply = self.reply = web.StreamResponse(headers=SSE_HEADERS)
+            await reply.prepare(self.request)
+        data = sse.encode_many(batch)
+        if final:
+            await reply.write_eof(data)
+        else:
+            await reply.write(data)
+
+
+async def stream_sse(request: web.Request, gateway: Gateway, turn: Turn) -> web.StreamResponse:
+    """Serve a turn as SSE."""
+    sink = _SSESink(request)
     try:
-        async with contextlib.aclosing(observed(gateway, turn, "json")) as events:
-            response = await collect(events, turn)
-        await gateway.remember(turn)
-    except asyncio.CancelledError:
-        if not in_flight.absorb_cut():
-            raise
-        turn.streamer.fail("server_error", SHUT_DOWN)  # nothing, if it had finished
-        response = turn.response
-        await gateway.remember(turn)
-    return json_response(response)
-
-
-async def stream_sse(
-    request: web.Request, gateway: Gateway, turn: Any, in_flight: InFlight
-) -> web.StreamResponse:
-    """Serve a turn as SSE: one write per batch of events ready at once."""
-    events = observed(gateway, turn, "sse")
-    try:
-        first = await anext(events)  # opens the backend: its refusal is still an HTTP error
-    except asyncio.CancelledError:
-        await events.aclose()
-        if not in_flight.absorb_cut():
-            raise
-        raise shutting_down() from None
-    except BaseException:
-        await events.aclose()
-        raise
-    reply = _SSEReply(headers=SSE_HEADERS)  # X-Request-Id: added by the app on every answer
-    await reply.prepare(request)
-    streamer = turn.streamer
-    ending: list[Any] = []  # the last batch, while it is being stored and not yet written
-    try:
-        await reply.write(sse.encode_many(first))
-        async for batch in events:
-            if streamer.done:  # stored before the client sees the end, so it can chain at once
-                ending = batch
-                await gateway.remember(turn)
-                ending = []
-                # the last events and the end of the chunked body: one write
-                await reply.write_eof(sse.encode_many(batch))
-                return reply
-            await reply.write(sse.encode_many(batch))
+        await gateway.run(turn, sink, "sse")
     except ConnectionResetError:  # the client left between two writes: let the backend go
-        return reply
-    except asyncio.CancelledError:
-        if not in_flight.absorb_cut():
+        if sink.reply is None:
             raise
-        # The shutdown deadline: end the stream well. A write that was interrupted has
-        # already handed its bytes to the transport, so only an unwritten end remains.
-        tail = ending or streamer.fail("server_error", SHUT_DOWN)
-        if tail:
-            await gateway.remember(turn)
-            await reply.write(sse.encode_many(tail))
-    finally:
-        await events.aclose()
-    await reply.write_eof()
-    return reply
+        return sink.reply
+    assert sink.reply is not None  # `run` sends the terminal event, or raises
+    await sink.reply.write_eof()  # nothing, if the last batch ended the body already
+    return sink.reply
 
 
 async def list_models(request: web.Request) -> web.Response:
     """GET /v1/models, forwarded from the backend."""
     gateway = request.app[GATEWAY]
-    auth = request.headers.get("Authorization")
-    headers = {"Authorization": auth} if auth and gateway.settings.forward_authorization else None
-    status, body = await gateway.upstream.get_models(headers=headers)
+    status, body = await gateway.models(request.headers.get("Authorization"))
     return web.Response(body=body, status=status, content_type="application/json")
 
 
@@ -269,7 +201,7 @@ class ReadyProbe:
 
     async def _probe(self, gateway: Gateway) -> tuple[bool, bool]:
         try:
-            backend = await gateway.upstream.ping()
+            backend = await gateway.upstreams.ping()
             try:
                 store = await gateway.store.ping()
             except Exception:
@@ -302,7 +234,6 @@ async def metrics(request: web.Request) -> web.Response:
 
 
 def add_routes(app: web.Application) -> None:
-    app[IN_FLIGHT] = InFlight()
     app[READY_PROBE] = ReadyProbe()
     app.router.add_post("/v1/responses", create_response)
     app.router.add_get("/v1/models", list_models)

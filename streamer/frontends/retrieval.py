@@ -1,17 +1,19 @@
 """Routes over stored responses: GET, DELETE, input_items, cancel, and stream resume.
 
-Each looks the response up as the asking client (`Gateway.client`): another client's
+Each looks the response up as the asking client (`_owner`): another client's
 response is not found, whatever the route.
 """
 
 from __future__ import annotations
 
+from typing import Literal
+
 from aiohttp import web
 
 from streamer.core.errors import RequestError, invalid
 from streamer.frontends.background import RUNNING, follow
-from streamer.frontends.http import json_response
-from streamer.gateway import GATEWAY
+from streamer.frontends.http import GATEWAY, json_response
+from streamer.identity import CLIENT
 
 
 def _not_found(response_id: str) -> RequestError:
@@ -33,11 +35,16 @@ def _int_arg(request: web.Request, name: str, default: int) -> int:
         raise invalid(f"Invalid '{name}': expected an integer.", name, "invalid_type") from None
 
 
+def _owner(request: web.Request) -> str:
+    """Who asks: only that client's responses are found."""
+    return request.app[GATEWAY].client(request.get(CLIENT), request.headers)
+
+
 async def get_response(request: web.Request) -> web.StreamResponse:
     """GET /v1/responses/{id}; with `stream=true`, replay after `starting_after` and follow."""
     gateway = request.app[GATEWAY]
     response_id = request.match_info["id"]
-    response = await gateway.store.get_response(response_id, owner=gateway.client(request))
+    response = await gateway.store.get_response(response_id, owner=_owner(request))
     if response is None:
         raise _not_found(response_id)
     if request.query.get("stream", "").lower() not in ("true", "1"):
@@ -53,7 +60,7 @@ async def delete_response(request: web.Request) -> web.Response:
     cannot write its record back after the delete."""
     gateway = request.app[GATEWAY]
     response_id = request.match_info["id"]
-    owner = gateway.client(request)
+    owner = _owner(request)
     response = await gateway.store.get_response(response_id, owner=owner)
     if response is None:
         raise _not_found(response_id)
@@ -70,15 +77,20 @@ async def list_input_items(request: web.Request) -> web.Response:
     limit = _int_arg(request, "limit", 20)
     if not 1 <= limit <= 100:
         raise invalid("Invalid 'limit': expected an integer between 1 and 100.", "limit")
-    order = request.query.get("order", "desc")
-    if order not in ("asc", "desc"):
-        raise invalid("Invalid 'order': expected 'asc' or 'desc'.", "order")
+    order: Literal["asc", "desc"]
+    match request.query.get("order", "desc"):
+        case "asc":
+            order = "asc"
+        case "desc":
+            order = "desc"
+        case _:
+            raise invalid("Invalid 'order': expected 'asc' or 'desc'.", "order")
     page = await gateway.store.input_items(
         response_id,
         limit=limit,
         order=order,
-        after=request.query.get("after"),  # type: ignore[arg-type]
-        owner=gateway.client(request),
+        after=request.query.get("after"),
+        owner=_owner(request),
     )
     if page is None:
         raise _not_found(response_id)
@@ -89,7 +101,7 @@ async def cancel_response(request: web.Request) -> web.Response:
     gateway = request.app[GATEWAY]
     response_id = request.match_info["id"]
     # the owner is checked here: the cancel itself runs as the gateway, on any instance
-    if await gateway.store.get_response(response_id, owner=gateway.client(request)) is None:
+    if await gateway.store.get_response(response_id, owner=_owner(request)) is None:
         raise _not_found(response_id)
     response = await gateway.background.cancel(response_id)
     if response is None:

@@ -645,7 +645,7 @@ async def test_max_connections_bounds_the_backend_connections() -> None:
         GatewayHarness(upstream=backend.url, upstream_max_connections=2) as gw,
         aiohttp.ClientSession() as http,
     ):
-        limit = gw.gateway.upstream.connection_limit
+        limit = gw.gateway.upstreams.resolve().connection_limit
         turns = [asyncio.create_task(sse_turn(http, gw.url)) for _ in range(5)]
         async with asyncio.timeout(5):
             while (limit.in_use, limit.waiting) != (2, 3):

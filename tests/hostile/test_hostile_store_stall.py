@@ -200,7 +200,7 @@ async def test_store_gone_past_the_wait_ends_failed_when_it_returns() -> None:
         asyncio.timeout(30),
     ):
         gw.gateway.store = store  # the same store the gateway's routes and turns use
-        gw.gateway.background.gateway.store = store
+        gw.gateway.background.store = store
         response_id = await start_turn(http, gw)
         url = f"{gw.url}/responses/{response_id}"
         follower = await follow(http, url)
