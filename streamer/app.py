@@ -30,8 +30,6 @@ log = logging.getLogger("streamer.app")
 
 SETTINGS = web.AppKey("settings", Settings)
 
-CANCEL_WAIT = web.AppKey("cancel_wait", float)
-CANCEL_WAIT_SECONDS = 5.0
 SCRIPTED_RUNNER = web.AppKey("scripted_runner", web.AppRunner)
 REQUEST_ID = web.RequestKey("request_id", str)
 
@@ -216,7 +214,9 @@ async def _start(app: web.Application) -> None:
         settings.store, ttl_seconds=settings.store_ttl, timeout=settings.store_timeout
     )
     background = Background(
-        store, store_wait=settings.background_store_wait, cancel_wait=app[CANCEL_WAIT]
+        store,
+        store_wait=settings.background_store_wait,
+        cancel_wait=settings.background_cancel_wait,
     )
     gateway = Gateway(settings, UpstreamRegistry(upstream), store, background)
     observe_store(store, gateway.metrics.store_operations)
@@ -290,9 +290,7 @@ def check_settings(settings: Settings) -> None:
         raise ValueError("--metrics-auth needs client keys (--api-key or --api-key-file)")
 
 
-def create_app(settings: Settings, *, cancel_wait: float = CANCEL_WAIT_SECONDS) -> web.Application:
-    """The gateway's application; `cancel_wait`: how long a cancel waits for the instance
-    running a background turn before ending it itself (tests shorten it)."""
+def create_app(settings: Settings) -> web.Application:
     from streamer.frontends import http, retrieval, websocket
 
     check_settings(settings)
@@ -308,7 +306,6 @@ def create_app(settings: Settings, *, cancel_wait: float = CANCEL_WAIT_SECONDS) 
         handler_args={"max_line_size": limit, "max_field_size": limit},
     )
     app[SETTINGS] = settings
-    app[CANCEL_WAIT] = cancel_wait
     app[FRONT_DOOR] = front
     app.on_response_prepare.append(_add_request_id)
     app[SHUTDOWN] = _Shutdown()

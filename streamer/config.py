@@ -271,6 +271,14 @@ SETTINGS: tuple[Setting, ...] = (
         "(store_unavailable).",
         float,
     ),
+    Setting(
+        "--background-cancel-wait",
+        "background_cancel_wait",
+        5.0,
+        "Seconds a cancel waits for the instance running a background turn to end it, "
+        "before ending it itself.",
+        float,
+    ),
     Setting("--tap-dir", "tap_dir", None, "Record every exchange as JSON lines in this folder."),
     Setting(
         "--shutdown-grace",
@@ -334,6 +342,7 @@ class Settings:
     ws_max_rejected_frames: int = 8
     store_timeout: float = 2.0
     background_store_wait: float = 10.0
+    background_cancel_wait: float = 5.0
     tap_dir: str | None = None
     shutdown_grace: float = 30.0
     trim_after: float = 2.0
