@@ -194,7 +194,7 @@ class Gateway:
     ) -> Turn:
         """Validate, continue from the store if asked, and lower one request.
 
-        `client`: who asks (`client`); `authorization`: the client's header, forwarded to
+        `client`: who asks (`Gateway.client`); `authorization`: the client's header, forwarded to
         the backend under `--forward-authorization`; `history`: given by a transport that
         holds it (a WebSocket's remembered responses), else loaded from the store.
         """

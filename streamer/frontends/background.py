@@ -10,6 +10,11 @@ once the store answers. Past that wait the backend is stopped and the turn ends
 `failed` with `store_unavailable`, whose writing gets the same wait again; only a store
 gone for longer than both leaves the record as it last was. A follower always ends with
 a terminal event or an `error` event, never a stream that just stops.
+
+The turn itself runs through `Gateway.run` (given to `start`, so this module needs no
+gateway) into `_LogSink`; a watcher task cancels it when a cancel is asked for. A cancel
+waits `--background-cancel-wait` seconds for the running instance before ending an
+orphaned response itself.
 """
 
 from __future__ import annotations

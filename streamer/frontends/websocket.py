@@ -14,6 +14,10 @@ error and is dropped unparsed; `--ws-max-rejected-frames` such rejections in a r
 next closes the socket 1008. The reader never stops reading while the queue is full:
 stopping would leave pings, pongs and the client's close unread (aiohttp handles them in
 `receive`), and a rejected frame costs only its own read, one message at a time.
+
+This module is the shell: the rules (frame checks, lanes, budget, remembered responses)
+are plain code in ws_session.py, and each turn runs through `Gateway.run` into a
+`_LaneSink`.
 """
 
 from __future__ import annotations
