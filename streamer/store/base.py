@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import uuid
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
@@ -138,21 +139,35 @@ def with_item_ids(items: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
     return [item if item.get("id") else {**item, "id": new_item_id(item)} for item in items]
 
 
+_TYPE_FIRST = b'{"type":"'
+
+
 def event_type(data: bytes) -> str | None:
-    """The `type` of an encoded event; a prefix scan first, since our encoder writes it first."""
-    head = b'{"type":"'
-    if data.startswith(head):
-        end = data.find(b'"', len(head))
-        if end > 0:
-            return data[len(head) : end].decode()
+    """The `type` of a logged event (a JSON object), or None when it has none.
+
+    Any encoder's output is read right: the quick read applies only when the object's
+    first member is `"type"` with a string value free of escapes and ends there, which
+    gives the value JSON itself gives (names are unique in an event); anything else is
+    parsed. The quick read spares parsing a terminal event, which holds the whole
+    response. tests/test_event_type.py checks it against the parse.
+    """
+    if data.startswith(_TYPE_FIRST):
+        start = len(_TYPE_FIRST)
+        end = data.find(b'"', start)
+        raw = data[start:end]
+        if end > 0 and data[end + 1 : end + 2] in (b",", b"}") and b"\\" not in raw:
+            with contextlib.suppress(UnicodeDecodeError):  # not JSON: the parse says so
+                return raw.decode()
     try:
         value = orjson.loads(data)
     except orjson.JSONDecodeError:
         return None
-    return value.get("type") if isinstance(value, dict) else None
+    kind = value.get("type") if isinstance(value, dict) else None
+    return kind if isinstance(kind, str) else None
 
 
 def is_terminal(data: bytes) -> bool:
+    """Whether the logged event ends its stream (see TERMINAL_EVENT_TYPES)."""
     return event_type(data) in TERMINAL_EVENT_TYPES
 
 
