@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import uuid
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
@@ -140,6 +139,7 @@ def with_item_ids(items: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 _TYPE_FIRST = b'{"type":"'
+_AFTER_VALUE = frozenset((b",", b"}"))
 
 
 def event_type(data: bytes) -> str | None:
@@ -152,12 +152,13 @@ def event_type(data: bytes) -> str | None:
     response. tests/test_event_type.py checks it against the parse.
     """
     if data.startswith(_TYPE_FIRST):
-        start = len(_TYPE_FIRST)
-        end = data.find(b'"', start)
-        raw = data[start:end]
-        if end > 0 and data[end + 1 : end + 2] in (b",", b"}") and b"\\" not in raw:
-            with contextlib.suppress(UnicodeDecodeError):  # not JSON: the parse says so
+        end = data.find(b'"', 9)  # 9: len(_TYPE_FIRST)
+        raw = data[9:end]
+        if end > 0 and data[end + 1 : end + 2] in _AFTER_VALUE and 92 not in raw:  # 92: "\\"
+            try:
                 return raw.decode()
+            except UnicodeDecodeError:  # no JSON: the parse below says so
+                pass
     try:
         value = orjson.loads(data)
     except orjson.JSONDecodeError:
