@@ -22,6 +22,7 @@ _FIN_TEXT = 0x81  # FIN, no RSV bits, opcode 1 (text)
 _short = struct.Struct("!BB").pack
 _medium = struct.Struct("!BBH").pack
 _long = struct.Struct("!BBQ").pack
+_SPACE = frozenset((b" ", b"\t", b"\n", b"\r"))  # JSON's whitespace
 
 
 def text_frames(messages: Iterable[bytes]) -> bytes:
@@ -50,10 +51,12 @@ def with_stream_id(messages: Iterable[bytes], stream_id: str) -> list[bytes]:
     tail = b"," + member
     out: list[bytes] = []
     for message in messages:
-        body = message.rstrip()  # JSON allows whitespace after the value
+        body = message if message.endswith(b"}") else message.rstrip()  # JSON allows spaces
         if not body.endswith(b"}"):
             raise ValueError("a WebSocket event must be a JSON object")
         head = body[:-1]
-        empty = head.rstrip().endswith(b"{")  # "{}": no member before ours
-        out.append(head + (member if empty else tail))
+        last = head[-1:]
+        if last in _SPACE:
+            last = head.rstrip()[-1:]
+        out.append(head + (member if last == b"{" else tail))  # "{}": no member before ours
     return out
