@@ -984,12 +984,13 @@ def test_public_output_replays_under_the_offered_flat_name() -> None:
     ]
 
 
-def test_lower_accepts_raw_items_and_validates_them() -> None:
+def test_raw_items_are_normalised_once_then_lowered() -> None:
     names = ResponsesToolNames.convert(None, [])
-    chat = lower({"model": "m"}, [{"role": "user", "content": "hi"}], names)  # type: ignore[list-item]
+    items = normalize_input([{"role": "user", "content": "hi"}])
+    chat = lower({"model": "m"}, items, names)
     assert chat["messages"] == [{"role": "user", "content": "hi"}]
     with pytest.raises(RequestError) as caught:
-        lower({"model": "m"}, [{"role": "user"}], names)
+        normalize_input([{"role": "user"}])
     assert caught.value.param == "input[0].content"
 
 

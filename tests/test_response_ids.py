@@ -9,13 +9,13 @@ from streamer.core.response import new_id
 
 
 def test_ids_have_the_shape_and_do_not_repeat() -> None:
-    ids = [new_id("resp") for _ in range(20_000)]  # many refills of the entropy pool
+    ids = [new_id("resp") for _ in range(20_000)]  # many ids, none repeated
     assert all(re.fullmatch(r"resp_[0-9a-f]{48}", i) for i in ids)
     assert len(set(ids)) == len(ids)
 
 
 def test_a_forked_child_does_not_repeat_its_parents_next_ids() -> None:
-    new_id("resp")  # the pool is filled: a child would inherit it
+    new_id("resp")  # whatever state ids keep exists before the fork
     read, write = os.pipe()
     pid = os.fork()
     if pid == 0:  # pragma: no cover - the child

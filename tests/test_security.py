@@ -462,7 +462,7 @@ def test_any_declared_name_lowers_to_a_legal_flat_function(
     except Exception as exc:  # only a duplicate may be refused, as a 400
         assert getattr(exc, "status", None) == 400 and "Duplicate" in str(exc), exc
         return
-    chat = lower({"model": "m"}, [{"role": "user", "content": "hi"}], table)
+    chat = lower({"model": "m"}, [{"type": "message", "role": "user", "content": "hi"}], table)
     flat = [t["function"]["name"] for t in chat["tools"]]
     assert len(flat) == len(set(flat)) == len(names)
     for tool in chat["tools"]:

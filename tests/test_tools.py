@@ -537,7 +537,7 @@ def test_real_namespace_description_prefixes_each_member() -> None:
     # The description changes what the model reads, never the names or the routing.
     plain = convert([ns("mcp__docs", *members), fn("top")])
     assert [t.name for t in names.tools] == [t.name for t in plain.tools]
-    assert names.identities == plain.identities
+    assert [t.identity for t in names.tools] == [t.identity for t in plain.tools]
 
 
 def test_another_namespaces_boilerplate_is_a_real_description() -> None:
@@ -953,8 +953,8 @@ def test_decode_of_unknown_names_never_splits() -> None:
     names = convert([ns("mcp__docs", fn("search"))])
     assert names.decode("mcp__x__search") == ToolIdentity(None, "mcp__x__search", "function")
     assert names.decode("") == ToolIdentity(None, "")
-    assert not names.is_namespaced("mcp__x__search")
-    assert names.is_namespaced("mcp__docs__search")
+    assert names.decode("mcp__x__search").namespace is None
+    assert names.decode("mcp__docs__search").namespace is not None
 
 
 def test_public_names_import_from_tools() -> None:
@@ -981,7 +981,7 @@ def test_helper_modules_do_not_import_the_naming_core(module: str) -> None:
 
 def test_identities_and_len() -> None:
     names = convert([fn("a"), ns("n", fn("b")), {"type": "web_search"}])
-    assert names.identities == (ToolIdentity(None, "a"), ToolIdentity("n", "b"))
+    assert [t.identity for t in names.tools] == [ToolIdentity(None, "a"), ToolIdentity("n", "b")]
     assert len(names) == 2
     assert len(convert(None)) == 0
     assert "2 tools" in repr(names)

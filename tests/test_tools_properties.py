@@ -143,7 +143,7 @@ def check(tools: list[Any], items: list[Any], config: NamingConfig) -> Responses
     assert len(set(flats)) == len(flats)
     assert all(pattern.fullmatch(f) for f in flats), flats
     # Every declared identity is offered exactly once, in request order, and maps back.
-    assert list(names.identities) == expected_identities(tools, items)
+    assert [t.identity for t in names.tools] == expected_identities(tools, items)
     for t in names.tools:
         ident = t.identity
         assert names.decode(t.name) == ident

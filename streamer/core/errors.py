@@ -50,9 +50,5 @@ def invalid(message: str, param: str | None = None, code: str | None = None) -> 
     return RequestError(message, param=param, code=code)
 
 
-def not_found(message: str, param: str | None = None) -> RequestError:
-    return RequestError(message, param=param, status=404, code="not_found")
-
-
 def server_error(message: str, status: int = 500, code: str = "server_error") -> RequestError:
     return RequestError(message, status=status, type="server_error", code=code)

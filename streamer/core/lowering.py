@@ -52,14 +52,14 @@ def lower(
 ) -> dict[str, Any]:
     """The Chat Completions request for `request`, whose effective input is `items`.
 
-    `items` already holds any history prepended for `previous_response_id`; it is
-    re-normalised here (idempotent), so raw lists are safe too.
+    `items` are normalised input items (`normalize_input`'s, the one place input is
+    validated), with any history prepended for `previous_response_id`.
     """
     chat: dict[str, Any] = {}
     model = options.model or request.get("model")
     if model:
         chat["model"] = model
-    chat["messages"] = _messages(request, normalize_input(items), names, options)
+    chat["messages"] = _messages(request, items, names, options)
     chat.update(_tools(request, names))
     chat.update(_sampling(request, options))
     chat["stream"] = True

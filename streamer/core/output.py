@@ -41,6 +41,7 @@ from streamer.core.output_items import (
     INCOMPLETE,
     LIMIT_REASON,
     Call,
+    DeltaTemplate,
     Item,
     OutputLimits,
     Part,
@@ -55,8 +56,18 @@ from streamer.core.response import new_id, usage_object
 from streamer.core.tools import ResponsesToolNames
 
 _dumps = orjson.dumps
-# `Event(...)` goes through the namedtuple's Python-level __new__; this is the C one.
-_event = tuple.__new__
+ARGUMENTS_DELTA = "response.function_call_arguments.delta"
+# The part kind each text delta goes to, and the item and delta event type of that kind.
+_PART_KINDS: dict[type, str] = {
+    TextDelta: "output_text",
+    RefusalDelta: "refusal",
+    ReasoningDelta: "reasoning_text",
+}
+_PART_HOMES = {
+    "output_text": ("message", "response.output_text.delta"),
+    "refusal": ("message", "response.refusal.delta"),
+    "reasoning_text": ("reasoning", "response.reasoning_text.delta"),
+}
 
 
 class OutputItemStreamer:
@@ -91,12 +102,13 @@ class OutputItemStreamer:
         # The limit the backend's answer went past ("max_output_bytes"/"max_output_items").
         self.exceeded: str | None = None
         self._handlers: dict[type, Callable[[Any], None]] = {
-            TextDelta: self._on_text,
-            ReasoningDelta: self._on_reasoning,
-            RefusalDelta: self._on_refusal,
+            TextDelta: self._on_content,
+            ReasoningDelta: self._on_content,
+            RefusalDelta: self._on_content,
             ToolCallDelta: self._on_tool_call,
             Finish: self._on_finish,
             Usage: self._on_usage,
+            UpstreamError: self._on_error,
         }
 
     # -- public API -------------------------------------------------------------
@@ -125,59 +137,10 @@ class OutputItemStreamer:
         if self.done or self.exceeded:
             return []
         handlers = self._handlers
-        left = self._left  # a local on the per-token paths; handlers see `self._left`
-        # The per-token paths, inlined: text into the open part, and argument fragments
-        # of the call streaming live. Everything else goes to its handler.
         for delta in deltas:
-            cls = delta.__class__
-            prefix = None
-            if cls is TextDelta:
-                hot = self._hot
-                piece = delta.text  # type: ignore[union-attr]
-                if (
-                    hot is not None
-                    and hot.kind == "output_text"
-                    and piece
-                    and (n := len(piece)) <= left
-                ):
-                    left -= n
-                    hot.text.pieces.append(piece)  # settled once per batch, below
-                    prefix, event_type = hot.delta_prefix, "response.output_text.delta"
-            elif cls is ToolCallDelta:
-                live = self._live
-                piece = delta.arguments  # type: ignore[union-attr]
-                if (
-                    live is not None
-                    and live.index == delta.index  # type: ignore[union-attr]
-                    and piece
-                    and delta.id is None  # type: ignore[union-attr]
-                    and delta.name is None  # type: ignore[union-attr]
-                    and (n := len(piece)) <= left
-                ):
-                    left -= n
-                    live.args.append(piece)
-                    prefix, event_type = live.delta_prefix, "response.function_call_arguments.delta"
-            elif cls is UpstreamError:
-                self._left = left
-                return self.fail(delta.code, delta.message)  # type: ignore[union-attr]
-            if prefix is None:  # not a per-token case: the handler (it counts in `_left`)
-                self._left = left
-                handlers[cls](delta)
-                left = self._left
-                if self.exceeded:
-                    break
-                continue
-            seq = self._seq
-            self._events.append(
-                _event(
-                    Event,
-                    (event_type, b'%s%s,"sequence_number":%d}' % (prefix, _dumps(piece), seq), seq),
-                )
-            )
-            self._seq = seq + 1
-        self._left = left
-        if self._hot is not None:
-            self._hot.text.settle()
+            handlers[delta.__class__](delta)
+            if self.done or self.exceeded:  # a failure ended the turn, or a limit was hit
+                break
         return self._take()
 
     def finish(self) -> list[Event]:
@@ -211,10 +174,14 @@ class OutputItemStreamer:
         `code` stays when clients know it (the spec's codes, and the ones Codex acts on);
         any other becomes `server_error`, keeping the original in `type`.
         """
+        self._fail(code, message)
+        return self._take()
+
+    def _fail(self, code: str, message: str) -> None:
         error: dict[str, Any] = {"code": code, "message": message}
         if code not in FAILURE_CODES:
             error = {"code": "server_error", "message": message, "type": code}
-        return self._end("failed", error)
+        self._end("failed", error)
 
     def cancel(self) -> list[Event]:
         """A cancelled background turn: `response.failed` whose response is `cancelled`.
@@ -222,50 +189,36 @@ class OutputItemStreamer:
         The event grammar has no cancelled event; `response.failed` is the terminal event
         every client already handles.
         """
-        return self._end("cancelled", None)
+        self._end("cancelled", None)
+        return self._take()
 
-    def _end(self, status: str, error: dict[str, Any] | None) -> list[Event]:
+    def _end(self, status: str, error: dict[str, Any] | None) -> None:
         if self.done:
-            return []
+            return
         self._close_all("incomplete")
         self.response["error"] = error
         self._terminal(status, "response.failed")
-        return self._take()
 
     # -- deltas -------------------------------------------------------------------
 
-    def _on_text(self, delta: TextDelta) -> None:
+    def _on_content(self, delta: TextDelta | RefusalDelta | ReasoningDelta) -> None:
+        """Text, refusal or reasoning: into the open part of its kind (the per-token path),
+        held while tool calls are open, or into a new part."""
         text = self._fit(delta.text)
+        if not text:
+            return
+        kind = _PART_KINDS[delta.__class__]
         hot = self._hot
-        if hot is not None and hot.kind == "output_text":  # the per-token path
-            self._delta(hot, text)
+        if hot is not None and hot.kind == kind:
+            hot.text.write(text)
+            self._delta(hot.delta, text)
         elif self._calls:
-            if text:
-                self._deferred.append(TextDelta(text))
-        elif text:
-            self._part("message", "output_text", "response.output_text.delta", text)
+            self._deferred.append(delta.__class__(text))
+        else:
+            self._part(kind, text)
 
-    def _on_refusal(self, delta: RefusalDelta) -> None:
-        text = self._fit(delta.text)
-        hot = self._hot
-        if hot is not None and hot.kind == "refusal":
-            self._delta(hot, text)
-        elif self._calls:
-            if text:
-                self._deferred.append(RefusalDelta(text))
-        elif text:
-            self._part("message", "refusal", "response.refusal.delta", text)
-
-    def _on_reasoning(self, delta: ReasoningDelta) -> None:
-        text = self._fit(delta.text)
-        hot = self._hot
-        if hot is not None and hot.kind == "reasoning_text":
-            self._delta(hot, text)
-        elif self._calls:
-            if text:
-                self._deferred.append(ReasoningDelta(text))
-        elif text:
-            self._part("reasoning", "reasoning_text", "response.reasoning_text.delta", text)
+    def _on_error(self, delta: UpstreamError) -> None:
+        self._fail(delta.code, delta.message)
 
     # -- limits -------------------------------------------------------------------
 
@@ -288,21 +241,11 @@ class OutputItemStreamer:
         self.exceeded = self.exceeded or "max_output_items"
         return False
 
-    def _delta(self, part: Part, text: str) -> None:
-        if text:
-            part.text.write(text)
-            seq = self._seq
-            self._events.append(
-                _event(
-                    Event,
-                    (
-                        part.delta_type,
-                        b'%s%s,"sequence_number":%d}' % (part.delta_prefix, _dumps(text), seq),
-                        seq,
-                    ),
-                )
-            )
-            self._seq = seq + 1
+    def _delta(self, template: DeltaTemplate, text: str) -> None:
+        """A delta event: every `*.delta` type is encoded here, by its item's template."""
+        seq = self._seq
+        self._events.append(Event(template.type, template.encode(text, seq), seq))
+        self._seq = seq + 1
 
     def _on_tool_call(self, delta: ToolCallDelta) -> None:
         self._hot = None  # text from now on waits until the calls are out
@@ -322,10 +265,8 @@ class OutputItemStreamer:
             return
         call.args.append(arguments)
         if call is self._live:
-            self._emit(
-                b'%s%s,"sequence_number":%d}' % (call.delta_prefix, _dumps(arguments), self._seq),
-                "response.function_call_arguments.delta",
-            )
+            assert call.delta is not None
+            self._delta(call.delta, arguments)
         elif (
             self._live is None
             and call.item is None
@@ -335,13 +276,11 @@ class OutputItemStreamer:
             # The first function call with a complete name streams live; the
             # others wait whole in their buffers until it is done.
             self._close_open("completed")
-            self._add_call(call)
+            item = self._add_call(call)
             self._live = call
-            self._emit(
-                b'%s%s,"sequence_number":%d}'
-                % (call.delta_prefix, _dumps("".join(call.args)), self._seq),
-                "response.function_call_arguments.delta",
-            )
+            where = {"item_id": item["id"], "output_index": len(self._output)}
+            call.delta = DeltaTemplate(ARGUMENTS_DELTA, where)
+            self._delta(call.delta, "".join(call.args))
 
     def _on_finish(self, delta: Finish) -> None:
         self._finish = delta.reason
@@ -351,8 +290,9 @@ class OutputItemStreamer:
 
     # -- message and reasoning items ----------------------------------------------
 
-    def _part(self, item_type: str, part_kind: str, delta_type: str, text: str) -> None:
+    def _part(self, part_kind: str, text: str) -> None:
         """Append `text` to the open part of kind `part_kind`, opening what is needed."""
+        item_type, delta_type = _PART_HOMES[part_kind]
         item = self._open
         if item is None or item.item["type"] != item_type:
             if not self._new_item():
@@ -363,7 +303,8 @@ class OutputItemStreamer:
         if part is None or part.kind != part_kind:
             part = self._open_part(item, part_kind, delta_type)
         self._hot = part
-        self._delta(part, text)
+        part.text.write(text)
+        self._delta(part.delta, text)
 
     def _open_item(self, item_type: str) -> Item:
         body = new_item(item_type, self._make_id)
@@ -411,7 +352,7 @@ class OutputItemStreamer:
 
     # -- tool calls ---------------------------------------------------------------
 
-    def _add_call(self, call: Call) -> None:
+    def _add_call(self, call: Call) -> dict[str, Any]:
         """`output_item.added` for a call whose name is complete."""
         identity = self.names.decode(call.name)
         call_id = call.call_id
@@ -420,30 +361,21 @@ class OutputItemStreamer:
         self._call_ids.add(call_id)
         output_index = len(self._output)  # nothing else is open while a call is added
         item = call.item = new_call_item(identity, call_id, self._make_id)
-        if item["type"] == "function_call":
-            call.delta_prefix = (
-                b'{"type":"response.function_call_arguments.delta","item_id":"%s",'
-                b'"output_index":%d,"delta":' % (item["id"].encode(), output_index)
-            )
         self._event(
             {"type": "response.output_item.added", "output_index": output_index, "item": item}
         )
+        return item
 
     def _close_call(self, call: Call, status: str) -> None:
         """Finish a call: its argument/input events (if not streamed) and `output_item.done`."""
-        if call.item is None:
-            self._add_call(call)
-        item = call.item
-        assert item is not None
+        item = call.item if call.item is not None else self._add_call(call)
         arguments = "".join(call.args)
         call.args = [arguments]  # held once from here on: the item and the events share it
         output_index = len(self._output)
         where = {"item_id": item["id"], "output_index": output_index}
         if item["type"] == "function_call":
             if call is not self._live and arguments:
-                self._event(
-                    {"type": "response.function_call_arguments.delta", **where, "delta": arguments}
-                )
+                self._delta(DeltaTemplate(ARGUMENTS_DELTA, where), arguments)
             item["arguments"] = arguments
             done = {
                 "type": "response.function_call_arguments.done",
@@ -457,9 +389,7 @@ class OutputItemStreamer:
         elif item["type"] == "custom_tool_call":
             text = custom_input(arguments)
             if text:
-                self._event(
-                    {"type": "response.custom_tool_call_input.delta", **where, "delta": text}
-                )
+                self._delta(DeltaTemplate("response.custom_tool_call_input.delta", where), text)
             self._event({"type": "response.custom_tool_call_input.done", **where, "input": text})
             item["input"] = text
         else:
@@ -531,7 +461,7 @@ class OutputItemStreamer:
         self._emit(b"%b" % (_dumps(event),), event["type"])
 
     def _emit(self, data: bytes, event_type: str) -> None:
-        self._events.append(_event(Event, (event_type, data, self._seq)))
+        self._events.append(Event(event_type, data, self._seq))
         self._seq += 1
 
     def _take(self) -> list[Event]:

@@ -49,31 +49,45 @@ class OutputLimits:
         self.max_items = max_items
 
 
-class Part:
-    """The open content part of a message or reasoning item.
+class DeltaTemplate:
+    """The one encoder of a delta event type on one item: `{...,"delta":…,"sequence_number":…}`.
 
-    Its delta events differ only in `delta` and `sequence_number`, so the rest of the
-    JSON is built once, here, and each delta is one bytes format away.
+    A delta event differs from the next only in `delta` and `sequence_number`, so the rest
+    is encoded once, by orjson from the plain event dict, and each delta is one bytes format
+    away (0.18 vs 1.32 µs for `orjson.dumps` of the whole dict; tests/test_delta_template.py
+    checks the bytes against that dict's).
     """
 
-    __slots__ = ("delta_prefix", "delta_type", "index", "kind", "text")
+    __slots__ = ("_prefix", "type")
+
+    def __init__(self, event_type: str, where: dict[str, Any]) -> None:
+        self.type = event_type
+        # `{"type":…,<where>,"delta":0}` without its `0}`: the prefix as orjson writes it.
+        self._prefix = orjson.dumps({"type": event_type, **where, "delta": 0})[:-2]
+
+    def encode(self, delta: str, seq: int) -> bytes:
+        """The event's JSON, with `sequence_number` last, as `orjson.dumps` of the dict."""
+        return b'%s%s,"sequence_number":%d}' % (self._prefix, orjson.dumps(delta), seq)
+
+
+class Part:
+    """The open content part of a message or reasoning item."""
+
+    __slots__ = ("delta", "index", "kind", "text")
 
     def __init__(
         self, kind: str, index: int, delta_type: str, item_id: str, output_index: int
     ) -> None:
         self.kind = kind  # output_text | refusal | reasoning_text
         self.index = index
-        self.delta_type = delta_type
-        self.delta_prefix = (
-            b'{"type":"%s","item_id":"%s","output_index":%d,"content_index":%d,%s"delta":'
-            % (
-                delta_type.encode(),
-                item_id.encode(),
-                output_index,
-                index,
-                b'"logprobs":[],' if kind == "output_text" else b"",
-            )
-        )
+        where: dict[str, Any] = {
+            "item_id": item_id,
+            "output_index": output_index,
+            "content_index": index,
+        }
+        if kind == "output_text":
+            where["logprobs"] = []
+        self.delta = DeltaTemplate(delta_type, where)
         self.text = TextBuffer()
 
 
@@ -83,9 +97,8 @@ class TextBuffer:
     A list of the deltas (or a StringIO, which keeps them the same way until read)
     costs ~60 bytes of object per delta and holds them all: 126 kB for a 15 kB answer of
     2,000 deltas, with many streams open at once. Here the recent deltas wait in
-    `pieces` (the per-token path appends to it directly) and `settle()`, once per batch,
-    joins them into one string when there are `JOIN` or more: ~17 kB for that answer,
-    each character copied once.
+    `pieces`, joined into one string each time there are `JOIN` of them: ~17 kB for that
+    answer, each character copied once.
     """
 
     __slots__ = ("_joined", "pieces")
@@ -96,11 +109,8 @@ class TextBuffer:
         self.pieces: list[str] = []
 
     def write(self, text: str) -> None:
-        self.pieces.append(text)
-        self.settle()
-
-    def settle(self) -> None:
         pieces = self.pieces
+        pieces.append(text)
         if len(pieces) >= self.JOIN:
             self._joined.append("".join(pieces))
             pieces.clear()
@@ -124,7 +134,7 @@ class Item:
 class Call:
     """One backend tool call, accumulated by its backend index."""
 
-    __slots__ = ("args", "call_id", "delta_prefix", "emitted", "index", "item", "name")
+    __slots__ = ("args", "call_id", "delta", "emitted", "index", "item", "name")
 
     def __init__(self, index: int) -> None:
         self.index = index
@@ -132,7 +142,7 @@ class Call:
         self.name = ""
         self.args: list[str] = []
         self.item: dict[str, Any] | None = None  # set once output_item.added went out
-        self.delta_prefix = b""
+        self.delta: DeltaTemplate | None = None  # set while its arguments stream live
         self.emitted = False  # output_item.done went out
 
 
@@ -197,6 +207,7 @@ def new_call_item(
     identity: ToolIdentity, call_id: str, make_id: Callable[[str], str]
 ) -> dict[str, Any]:
     """The output item for a call, by the kind of tool its flat name decodes to."""
+    item: dict[str, Any]
     if identity.kind == "custom":
         item = {"id": make_id("ctc"), "type": "custom_tool_call", "status": "in_progress"}
         item.update(call_id=call_id, input="", **public_name(identity))

@@ -26,36 +26,13 @@ _ECHOED: tuple[tuple[str, Any], ...] = (
 )
 
 
-class _Entropy:
-    """Random bytes from the OS, taken 4 kB at a time: one system call per ~170 ids
-    instead of one per id (a request makes three or four), still unpredictable."""
-
-    __slots__ = ("_pool", "_pos")
-    _SIZE = 4096
-
-    def __init__(self) -> None:
-        self._pool = b""
-        self._pos = self._SIZE
-
-    def take(self, n: int) -> bytes:
-        pos = self._pos
-        if pos + n > len(self._pool):
-            self._pool, pos = os.urandom(self._SIZE), 0
-        self._pos = pos + n
-        return self._pool[pos : pos + n]
-
-    def forget(self) -> None:
-        """After a fork: a child must not hand out its parent's next ids."""
-        self._pool, self._pos = b"", self._SIZE
-
-
-_entropy = _Entropy()
-os.register_at_fork(after_in_child=_entropy.forget)
-
-
 def new_id(prefix: str) -> str:
-    """An OpenAI-style id: `prefix_` and 48 random hex digits (unique without coordination)."""
-    return f"{prefix}_{_entropy.take(24).hex()}"
+    """An OpenAI-style id: `prefix_` and 48 random hex digits (unique without coordination).
+
+    Drawn from the OS per id: nothing is pooled, so a forked child cannot repeat its
+    parent's ids (a pool of 4 kB saved ~0.1 µs per id, a few ids per request).
+    """
+    return f"{prefix}_{os.urandom(24).hex()}"
 
 
 def new_response(

@@ -115,7 +115,7 @@ def _resolve_name(entry: Mapping[str, Any], kind: str, base: str, idx: ChoiceInd
     if ns is not None and not isinstance(ns, str):
         raise invalid("tool_choice namespace must be a string.", f"{base}.namespace")
     if ns:
-        alternatives = [ns]
+        alternatives: list[str | None] = [ns]
         if ns in (name, idx.default_namespace):
             alternatives.append(None)
         for n in alternatives:

@@ -225,14 +225,6 @@ class ResponsesToolNames:
                     return flat
         return self._assign(ident)
 
-    @property
-    def identities(self) -> tuple[ToolIdentity, ...]:
-        """The declared identities, in request order."""
-        return tuple(t.identity for t in self.tools)
-
-    def is_namespaced(self, flat_name: str) -> bool:
-        return self.decode(flat_name).namespace is not None
-
     def __len__(self) -> int:
         return len(self.tools)
 

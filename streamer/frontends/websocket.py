@@ -34,7 +34,7 @@ from aiohttp import WSCloseCode, WSMsgType, web
 from streamer.core.errors import RequestError, invalid, server_error
 from streamer.core.events import Event
 from streamer.frontends.http import GATEWAY
-from streamer.frontends.ws_frames import text_frames
+from streamer.frontends.ws_frames import text_frames, with_stream_id
 from streamer.frontends.ws_queue import QUEUE_FULL, Admission, QueueBudget
 from streamer.frontends.ws_session import History, Lane, Queued, Refused, SessionRules
 from streamer.gateway import Gateway
@@ -229,8 +229,7 @@ class Session:
         if lane is None:
             messages = [event.data for event in events]
         else:
-            tail = b',"stream_id":%s}' % orjson.dumps(lane)  # every event is a JSON object
-            messages = [event.data[:-1] + tail for event in events]
+            messages = with_stream_id([event.data for event in events], lane)
         ws = self.ws
         if ws.compress:  # permessage-deflate: the library compresses and frames each one
             for message in messages:

@@ -138,21 +138,37 @@ def with_item_ids(items: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
     return [item if item.get("id") else {**item, "id": new_item_id(item)} for item in items]
 
 
+_TYPE_FIRST = b'{"type":"'
+_AFTER_VALUE = frozenset((b",", b"}"))
+
+
 def event_type(data: bytes) -> str | None:
-    """The `type` of an encoded event; a prefix scan first, since our encoder writes it first."""
-    head = b'{"type":"'
-    if data.startswith(head):
-        end = data.find(b'"', len(head))
-        if end > 0:
-            return data[len(head) : end].decode()
+    """The `type` of a logged event (a JSON object), or None when it has none.
+
+    Any encoder's output is read right: the quick read applies only when the object's
+    first member is `"type"` with a string value free of escapes and ends there, which
+    gives the value JSON itself gives (names are unique in an event); anything else is
+    parsed. The quick read spares parsing a terminal event, which holds the whole
+    response. tests/test_event_type.py checks it against the parse.
+    """
+    if data.startswith(_TYPE_FIRST):
+        end = data.find(b'"', 9)  # 9: len(_TYPE_FIRST)
+        raw = data[9:end]
+        if end > 0 and data[end + 1 : end + 2] in _AFTER_VALUE and 92 not in raw:  # 92: "\\"
+            try:
+                return raw.decode()
+            except UnicodeDecodeError:  # no JSON: the parse below says so
+                pass
     try:
         value = orjson.loads(data)
     except orjson.JSONDecodeError:
         return None
-    return value.get("type") if isinstance(value, dict) else None
+    kind = value.get("type") if isinstance(value, dict) else None
+    return kind if isinstance(kind, str) else None
 
 
 def is_terminal(data: bytes) -> bool:
+    """Whether the logged event ends its stream (see TERMINAL_EVENT_TYPES)."""
     return event_type(data) in TERMINAL_EVENT_TYPES
 
 
