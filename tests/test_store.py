@@ -72,7 +72,7 @@ def completed(seq: int) -> bytes:
 
 def record(response_id: str, items: list[dict[str, Any]] | None = None, **response: Any) -> Any:
     body = {"id": response_id, "object": "response", "status": "completed", "output": []}
-    return StoredResponse({**body, **response}, items or [], {"tools": [["mcp__docs__search"]]})
+    return StoredResponse({**body, **response}, items or [])
 
 
 async def collect(events: AsyncIterator[tuple[int, bytes]], timeout: float = 10.0) -> list[int]:
@@ -110,8 +110,7 @@ async def test_put_get_roundtrip_restores_everything(store: Any) -> None:
         {"type": "function_call_output", "call_id": "c0", "output": "ok", "id": "kept_1"},
     ]
     original = [dict(item) for item in items]
-    names = {"tools": [{"flat": "mcp__docs__search", "namespace": "mcp__docs", "name": "search"}]}
-    rec = StoredResponse({"id": rid, "object": "response", "output": [call]}, items, names)
+    rec = StoredResponse({"id": rid, "object": "response", "output": [call]}, items)
     await store.put(rec)
     assert items == original  # put copies items to give them ids; the caller's stay as sent
 
@@ -119,7 +118,6 @@ async def test_put_get_roundtrip_restores_everything(store: Any) -> None:
     assert got is not None
     assert got.response == rec.response
     assert got.response["output"][0]["namespace"] == "mcp__docs"
-    assert got.names == names
     ids = [item["id"] for item in got.input_items]
     assert ids[0].startswith("msg_") and ids[1].startswith("msg_") and ids[2].startswith("fc_")
     assert ids[3] == "kept_1"
@@ -559,6 +557,27 @@ async def test_silent_redis_times_out_instead_of_hanging() -> None:
     finally:
         await store.close()
         server.close()
+
+
+@requires_redis
+@pytest.mark.redis
+async def test_redis_reads_records_that_still_hold_the_old_tool_map(
+    redis_server: RedisServer,
+) -> None:
+    # Records stored before the tool-map snapshot was dropped carry a "names" field.
+    store = open_store(redis_server.url, key_prefix=f"old-{uuid.uuid4().hex[:8]}:")
+    try:
+        rid = new_id()
+        await store.put(record(rid, [{"role": "user", "content": "x"}]))
+        key = store._key("resp", rid)
+        await store._r.hset(key, "names", orjson.dumps({"tools": [["mcp__docs__search"]]}))
+        got = await store.get(rid)
+        assert got is not None and got.response["id"] == rid
+        assert [item["content"] for item in got.input_items] == ["x"]
+        await store.put(record(rid))  # rewritten: the old field is no longer read or written
+        assert (await store.get(rid)) is not None
+    finally:
+        await store.close()
 
 
 @requires_redis

@@ -93,7 +93,7 @@ class RedisStore:
         rkey, lkey, ikey = self._record_keys(response_id)
         items = with_item_ids(record.input_items)
         pipe = self._r.pipeline(transaction=True)
-        mapping = {"response": orjson.dumps(record.response), "names": orjson.dumps(record.names)}
+        mapping = {"response": orjson.dumps(record.response)}
         if record.owner:
             mapping["owner"] = record.owner.encode()
         pipe.hset(rkey, mapping=mapping)
@@ -113,16 +113,16 @@ class RedisStore:
     async def get(self, response_id: str, *, owner: str | None = None) -> StoredResponse | None:
         rkey, lkey, _ = self._record_keys(response_id)
         pipe = self._r.pipeline(transaction=True)
-        pipe.hmget(rkey, ["response", "names", "owner"])
+        # Older records also hold "names" (a tool-map snapshot nobody read): left to expire.
+        pipe.hmget(rkey, ["response", "owner"])
         pipe.lrange(lkey, 0, -1)
-        (response, names, stored_owner), items = await self._call(pipe.execute())
+        (response, stored_owner), items = await self._call(pipe.execute())
         record_owner = stored_owner.decode() if stored_owner else None
         if response is None or not visible(record_owner, owner):
             return None
         return StoredResponse(
             orjson.loads(response),
             [orjson.loads(item) for item in items],
-            orjson.loads(names) if names else {},
             record_owner,
         )
 
