@@ -23,6 +23,7 @@ from scripted_backend import (
     DONE,
     HANG,
     DelayHeaders,
+    Gate,
     Sleep,
     finish,
     refusing_url,
@@ -477,13 +478,17 @@ async def test_store_dying_mid_turn_releases_backend_and_followers() -> None:
         RedisServer() as server,
         GatewayHarness(store=server.url, background_store_wait=1.0) as gw,
     ):
-        # "b" comes once the store is surely down (its stop, a SIGTERM, takes a moment)
-        gw.backend.script([*text_chunks(["a"]), Sleep(2.0), *text_chunks(["b"], role=False), HANG])
+        # "b" comes only once the store is down: a timed pause here used to let "b" be
+        # logged before a slow stop under CPU load, and then nothing ever noticed the outage
+        store_down = asyncio.Event()
+        script = [*text_chunks(["a"]), Gate(store_down), *text_chunks(["b"], role=False), HANG]
+        gw.backend.script(script)
         async with AsyncOpenAI(base_url=gw.url, api_key="k", max_retries=0) as client:
             created = await client.responses.create(model="m", input="hi", background=True)
             await wait_status(client, created.id, {"in_progress"})
             follower = await client.responses.retrieve(created.id, stream=True)
             await asyncio.to_thread(server.stop)
+            store_down.set()
             async with asyncio.timeout(15):
                 events = [event async for event in follower]  # ends, with an `error` event
                 # The turn could not log its next events: it stopped the backend request.
