@@ -159,6 +159,11 @@ class GatewayProcess:
     async def wait(self, timeout: float) -> int:
         return await asyncio.wait_for(self.process.wait(), timeout)
 
+    async def terminate(self, timeout: float = 15) -> int:
+        """SIGTERM and wait for the exit: afterwards its logs hold all it will ever write."""
+        self.process.send_signal(signal.SIGTERM)
+        return await self.wait(timeout)
+
 
 def _read(path: Path) -> str:
     return path.read_text(errors="replace") if path.exists() else ""

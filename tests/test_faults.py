@@ -27,6 +27,7 @@ from typing import Any, get_args
 import aiohttp
 import orjson
 import pytest
+from builders import client_session, parse_sse
 from harness import GatewayHarness
 from openai.types.responses import ResponseError
 from scripted_backend import (
@@ -90,27 +91,6 @@ class Outcome:
         if self.via == "ws":
             return f"error event, status {self.status}, {code}"
         return f"HTTP {self.status}, {code}"
-
-
-def client_session(**kwargs: Any) -> aiohttp.ClientSession:
-    """A test client that keeps no idle connection, so connection counts are exact."""
-    return aiohttp.ClientSession(
-        connector=aiohttp.TCPConnector(limit=0, force_close=True), **kwargs
-    )
-
-
-def parse_sse(raw: bytes) -> list[dict[str, Any]]:
-    """The gateway's SSE, strictly: `event:` then `data:` per frame, names matching types."""
-    assert raw.endswith(b"\n\n"), f"torn SSE frame at the end of the stream: {raw[-120:]!r}"
-    events = []
-    for frame in raw[:-2].split(b"\n\n"):
-        lines = frame.split(b"\n")
-        assert len(lines) == 2, f"malformed SSE frame: {frame[:200]!r}"
-        assert lines[0].startswith(b"event: ") and lines[1].startswith(b"data: "), frame[:200]
-        data = orjson.loads(lines[1][6:])
-        assert data["type"] == lines[0][7:].decode(), frame[:200]
-        events.append(data)
-    return events
 
 
 def _sdk_view(obj: dict[str, Any]) -> dict[str, Any]:

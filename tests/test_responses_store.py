@@ -15,6 +15,7 @@ import openai
 import orjson
 import pytest
 import redis.asyncio as aioredis
+from builders import TOOLS
 from harness import GatewayHarness
 from openai import AsyncOpenAI
 from redis_server import RedisServer, redis_marks, requires_redis
@@ -35,22 +36,6 @@ from sdk_models import validate_event, validate_response
 
 from streamer.store import MemoryStore, open_store
 
-TOOLS: list[dict[str, Any]] = [
-    {
-        "type": "namespace",
-        "name": "mcp__docs",
-        "description": "Docs.",
-        "tools": [
-            {
-                "type": "function",
-                "name": "search",
-                "description": "Search the docs.",
-                "parameters": {"type": "object", "properties": {"q": {"type": "string"}}},
-            }
-        ],
-    },
-    {"type": "function", "name": "exec_command", "parameters": {"type": "object"}},
-]
 END = [finish("stop"), usage(5, 2), DONE]
 ERROR_KEYS = {"message", "type", "param", "code"}
 TERMINAL = {"response.completed", "response.failed", "response.incomplete"}
