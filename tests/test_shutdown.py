@@ -212,7 +212,7 @@ async def test_sigterm_background_responses_are_not_lost(tmp_path: Path) -> None
         backend.responder = answer
         async with client_session() as session:
             async with gateway_process(tmp_path / "a.log", "--upstream", backend.base_url,
-                                       "--shutdown-grace", "2", *store) as gw:  # fmt: skip
+                                       "--shutdown-grace", "0.5", *store) as gw:  # fmt: skip
                 ids = {}
                 for text in ("done", "stuck"):
                     body = {**BODY, "input": text, "background": True}
