@@ -287,8 +287,10 @@ async def warm(gw: GatewayHarness, session: aiohttp.ClientSession) -> dict[str, 
     """One normal turn (opens the upstream pool), then the baseline snapshot."""
     ok = await sse_turn(session, gw.url)
     assert ok.response is not None and ok.response["status"] == "completed", ok.seen
-    await asyncio.sleep(0.05)
-    return snapshot(gw)
+    async with asyncio.timeout(5):  # the client has its answer; the turn's end runs after
+        while (base := snapshot(gw))["active_streams"] or base["upstream_in_use"]:
+            await asyncio.sleep(0.005)  # polling a real condition
+    return base
 
 
 # -- the fault table ------------------------------------------------------------------

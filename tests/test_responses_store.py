@@ -375,9 +375,13 @@ async def test_delete_running_background_cancels_it(
     gw.backend.script([*text_chunks(["partial"]), HANG])
     created = await client.responses.create(model="m", input="hi", background=True)
     await wait_status(client, created.id, {"in_progress"})
+    turn = gw.gateway.background.tasks[created.id]
     await client.responses.delete(created.id)
     await gw.backend.records[-1].wait_disconnect(timeout=5)
-    await asyncio.sleep(0.1)  # the finished turn must not write its record back
+    # Once the turn's task is over, whatever it wrote is written: it must not have written
+    # its record back.
+    done, _ = await asyncio.wait([turn], timeout=10)
+    assert done == {turn}
     with pytest.raises(openai.NotFoundError):
         await client.responses.retrieve(created.id)
 
