@@ -153,12 +153,6 @@ def run() -> dict[str, Any]:
             300,
             9,
         ),
-        "snapshot_large_bytes": len(orjson.dumps(names_large.to_json())),
-        "snapshot_roundtrip_large_us": per_call_us(
-            lambda: ResponsesToolNames.from_json(orjson.loads(orjson.dumps(names_large.to_json()))),
-            5,
-            9,
-        ),
     }
     results["python"] = sys.version.split()[0]
     return results
@@ -180,10 +174,6 @@ def main() -> None:
     print(f"decode (hit):     {r['decode_hit_us'] * 1000:8.1f} ns/call")
     print(f"decode (miss):    {r['decode_miss_us'] * 1000:8.1f} ns/call")
     print(f"encode (history): {r['encode_hit_us'] * 1000:8.1f} ns/call")
-    print(
-        f"snapshot, large: {r['snapshot_large_bytes']} bytes, "
-        f"to_json+dumps+loads+from_json {r['snapshot_roundtrip_large_us']:.1f} us"
-    )
 
 
 if __name__ == "__main__":

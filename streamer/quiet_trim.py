@@ -12,6 +12,7 @@ import asyncio
 import ctypes
 import ctypes.util
 from collections.abc import Callable
+from typing import Protocol
 
 
 def malloc_trim() -> Callable[[], object] | None:
@@ -25,16 +26,41 @@ def malloc_trim() -> Callable[[], object] | None:
     return lambda: trim(0)
 
 
-class QuietTrim:
-    """Counts running turns; trims once they have all been over for `delay` seconds."""
+class Timer(Protocol):
+    """A pending call, as `asyncio.TimerHandle` is."""
 
-    def __init__(self, delay: float, trim: Callable[[], object] | None) -> None:
+    def cancel(self) -> None: ...
+
+
+# `call_later(delay, callback)`: runs `callback` once `delay` seconds have passed.
+CallLater = Callable[[float, Callable[[], None]], Timer]
+
+
+def loop_call_later(delay: float, callback: Callable[[], None]) -> Timer:
+    """The running event loop's `call_later` (the default clock)."""
+    return asyncio.get_running_loop().call_later(delay, callback)
+
+
+class QuietTrim:
+    """Counts running turns; trims once they have all been over for `delay` seconds.
+
+    Time comes from `call_later` alone, so tests drive it with a manual clock.
+    """
+
+    def __init__(
+        self,
+        delay: float,
+        trim: Callable[[], object] | None,
+        *,
+        call_later: CallLater = loop_call_later,
+    ) -> None:
         self.delay = delay
         self._trim = trim  # None: count, never trim
+        self._call_later = call_later
         self.running = 0
         self.trims = 0
         self._turns = 0  # turns started so far: a turn that came and went resets the wait
-        self._timer: asyncio.TimerHandle | None = None
+        self._timer: Timer | None = None
 
     def started(self) -> None:
         self.running += 1
@@ -52,7 +78,7 @@ class QuietTrim:
 
     def _arm(self) -> None:
         turns = self._turns
-        self._timer = asyncio.get_running_loop().call_later(self.delay, self._check, turns)
+        self._timer = self._call_later(self.delay, lambda: self._check(turns))
 
     def _check(self, turns: int) -> None:
         self._timer = None

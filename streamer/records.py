@@ -9,13 +9,10 @@ from streamer.store import StoredResponse
 
 
 def stored(turn: Turn) -> StoredResponse:
-    """What the store keeps of a turn: the public response, the input as listed, the names,
-    and who asked (the owner)."""
+    """What the store keeps of a turn: the public response, the input as listed, and who
+    asked (the owner)."""
     return StoredResponse(
-        turn.response,
-        [public_input_item(item) for item in turn.items],
-        turn.names.to_json(),
-        turn.client or None,
+        turn.response, [public_input_item(item) for item in turn.items], turn.client or None
     )
 
 

@@ -64,6 +64,13 @@ class Sleep:
 
 
 @dataclass(frozen=True, slots=True)
+class Gate:
+    """Wait until the test sets `opened` (a step that waits for the test, not for time)."""
+
+    opened: asyncio.Event
+
+
+@dataclass(frozen=True, slots=True)
 class DelayHeaders:
     """As the first step: wait this long before even the response headers go out."""
 
@@ -97,7 +104,7 @@ DIE = _Die()
 DROP = _Drop()
 HANG = Sleep(3600.0)
 
-Step = dict[str, Any] | str | bytes | Sleep | _Die | _Drop | Status | tuple[Any, ...]
+Step = dict[str, Any] | str | bytes | Sleep | Gate | _Die | _Drop | Status | tuple[Any, ...]
 
 
 @dataclass(slots=True)
@@ -234,6 +241,8 @@ class ScriptedBackend:
             for step in steps:
                 if isinstance(step, Sleep):
                     await asyncio.sleep(step.seconds)
+                elif isinstance(step, Gate):
+                    await step.opened.wait()
                 elif isinstance(step, _Die):
                     _abort(request)
                     raise _Died

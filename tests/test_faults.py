@@ -27,6 +27,7 @@ from typing import Any, get_args
 import aiohttp
 import orjson
 import pytest
+from builders import client_session, parse_sse
 from harness import GatewayHarness
 from openai.types.responses import ResponseError
 from scripted_backend import (
@@ -90,27 +91,6 @@ class Outcome:
         if self.via == "ws":
             return f"error event, status {self.status}, {code}"
         return f"HTTP {self.status}, {code}"
-
-
-def client_session(**kwargs: Any) -> aiohttp.ClientSession:
-    """A test client that keeps no idle connection, so connection counts are exact."""
-    return aiohttp.ClientSession(
-        connector=aiohttp.TCPConnector(limit=0, force_close=True), **kwargs
-    )
-
-
-def parse_sse(raw: bytes) -> list[dict[str, Any]]:
-    """The gateway's SSE, strictly: `event:` then `data:` per frame, names matching types."""
-    assert raw.endswith(b"\n\n"), f"torn SSE frame at the end of the stream: {raw[-120:]!r}"
-    events = []
-    for frame in raw[:-2].split(b"\n\n"):
-        lines = frame.split(b"\n")
-        assert len(lines) == 2, f"malformed SSE frame: {frame[:200]!r}"
-        assert lines[0].startswith(b"event: ") and lines[1].startswith(b"data: "), frame[:200]
-        data = orjson.loads(lines[1][6:])
-        assert data["type"] == lines[0][7:].decode(), frame[:200]
-        events.append(data)
-    return events
 
 
 def _sdk_view(obj: dict[str, Any]) -> dict[str, Any]:
@@ -307,8 +287,10 @@ async def warm(gw: GatewayHarness, session: aiohttp.ClientSession) -> dict[str, 
     """One normal turn (opens the upstream pool), then the baseline snapshot."""
     ok = await sse_turn(session, gw.url)
     assert ok.response is not None and ok.response["status"] == "completed", ok.seen
-    await asyncio.sleep(0.05)
-    return snapshot(gw)
+    async with asyncio.timeout(5):  # the client has its answer; the turn's end runs after
+        while (base := snapshot(gw))["active_streams"] or base["upstream_in_use"]:
+            await asyncio.sleep(0.005)  # polling a real condition
+    return base
 
 
 # -- the fault table ------------------------------------------------------------------

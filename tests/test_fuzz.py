@@ -25,6 +25,7 @@ import aiohttp
 import orjson
 import pytest
 import pytest_asyncio
+from builders import parse_sse
 from harness import GatewayHarness
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -444,19 +445,6 @@ def check_output(response: dict[str, Any], request: dict[str, Any]) -> None:
     for item in response["output"]:
         if item["type"] in ("function_call", "custom_tool_call"):
             assert (item.get("namespace"), item["name"]) in declared, (item, declared)
-
-
-def parse_sse(raw: bytes) -> list[dict[str, Any]]:
-    """Split an SSE body into event payloads; every frame must be whole and named."""
-    assert raw.endswith(b"\n\n"), raw[-200:]
-    events = []
-    for frame in raw[:-2].split(b"\n\n"):
-        lines = frame.split(b"\n")
-        assert lines[0].startswith(b"event: ") and lines[1].startswith(b"data: "), frame[:200]
-        data = orjson.loads(lines[1][6:])
-        assert data["type"] == lines[0][7:].decode(), frame[:200]
-        events.append(data)
-    return events
 
 
 def _without_tools(response: dict[str, Any]) -> dict[str, Any]:

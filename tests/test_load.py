@@ -24,6 +24,7 @@ from typing import Any
 
 import orjson
 import pytest
+from builders import gateway_process
 from harness import GatewayHarness
 from scripted_backend import (
     DONE,
@@ -44,7 +45,6 @@ from test_faults import (
     warm,
     ws_read_turn,
 )
-from test_shutdown import gateway_process
 
 from streamer.frontends.websocket import SESSIONS
 

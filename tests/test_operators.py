@@ -8,25 +8,20 @@
 - `GET /healthz` (up) and `GET /readyz` (backend and store reachable, 503 otherwise).
 - Every setting is a flag and an environment variable, and the README lists them all.
 
-`gateway_process` (a real `python -m streamer serve` with its own environment) is shared
-with test_security.py.
+`gateway_process` (a real `python -m streamer serve` with its own environment) is in
+tests/builders.py.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import os
-import signal
-import sys
-from collections.abc import AsyncIterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import aiohttp
 import orjson
 import pytest
+from builders import gateway_process
 from harness import GatewayHarness
 from prometheus_client.parser import text_string_to_metric_families
 from redis_server import free_port
@@ -46,81 +41,6 @@ from streamer.config import SETTINGS, Settings, settings_table
 
 REPO = Path(__file__).resolve().parent.parent
 TEXT = [*text_chunks(["Hel", "lo"]), finish("stop"), usage(3, 2), DONE]
-
-# -- a gateway process --------------------------------------------------------------------
-
-
-@dataclass
-class GatewayProcess:
-    process: asyncio.subprocess.Process
-    port: int
-    workdir: Path
-    host: str = "127.0.0.1"
-
-    @property
-    def url(self) -> str:
-        return f"http://{self.host}:{self.port}"
-
-    def stderr(self) -> str:
-        return (self.workdir / "stderr.log").read_text(errors="replace")
-
-    def stdout(self) -> str:
-        return (self.workdir / "stdout.log").read_text(errors="replace")
-
-    def log_lines(self) -> list[dict[str, Any]]:
-        """Every stderr line, each of which must be one JSON object."""
-        return [orjson.loads(line) for line in self.stderr().splitlines() if line.strip()]
-
-
-@contextlib.asynccontextmanager
-async def gateway_process(
-    *args: str, workdir: Path, env: dict[str, str] | None = None
-) -> AsyncIterator[GatewayProcess]:
-    """`python -m streamer serve *args` with only `env` as STREAMER_* settings.
-
-    No `--host` is added. A free `--port` is, unless the arguments or `env` name one.
-    """
-    environ = {k: v for k, v in os.environ.items() if not k.startswith("STREAMER_")}
-    environ.update(env or {})
-    environ["PYTHONUNBUFFERED"] = "1"
-    environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), environ.get("PYTHONPATH")]))
-    argv = list(args)
-    if "--port" in argv:
-        port = int(argv[argv.index("--port") + 1])
-    elif "STREAMER_PORT" in environ:
-        port = int(environ["STREAMER_PORT"])
-    else:
-        port = free_port()
-        argv += ["--port", str(port)]
-    workdir.mkdir(parents=True, exist_ok=True)
-    with (workdir / "stdout.log").open("wb") as out, (workdir / "stderr.log").open("wb") as err:
-        proc = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "streamer", "serve", *argv,
-            cwd=REPO, env=environ, stdin=asyncio.subprocess.DEVNULL, stdout=out, stderr=err,
-        )  # fmt: skip
-    host = argv[argv.index("--host") + 1] if "--host" in argv else "127.0.0.1"
-    gateway = GatewayProcess(proc, port, workdir, host)
-    try:
-        async with aiohttp.ClientSession() as http:
-            for _ in range(300):
-                if proc.returncode is not None:
-                    raise RuntimeError(f"gateway exited {proc.returncode}: {gateway.stderr()}")
-                with contextlib.suppress(aiohttp.ClientError):
-                    async with http.get(gateway.url + "/healthz") as resp:
-                        if resp.status == 200:
-                            break
-                await asyncio.sleep(0.1)
-            else:
-                raise RuntimeError(f"gateway not up: {gateway.stderr()}")
-        yield gateway
-    finally:
-        if proc.returncode is None:
-            proc.send_signal(signal.SIGTERM)
-            try:
-                await asyncio.wait_for(proc.wait(), 15)
-            except TimeoutError:
-                proc.kill()
-                await proc.wait()
 
 
 # -- /metrics ------------------------------------------------------------------------------
@@ -356,10 +276,10 @@ async def traffic(url: str) -> list[str]:
 async def test_logs_are_quiet_by_default(tmp_path: Path) -> None:
     async with (
         ScriptedBackend() as backend,
-        gateway_process("--upstream", backend.base_url, workdir=tmp_path) as gw,
+        gateway_process(tmp_path / "gateway.log", "--upstream", backend.base_url) as gw,
     ):
-        await traffic(gw.url)
-        await asyncio.sleep(0.2)
+        await traffic(gw.origin)
+        assert await gw.terminate() == 0  # after its exit, its log holds all it wrote
         assert gw.stderr().strip() == "", gw.stderr()[-2000:]
         assert "serving http://127.0.0.1:" in gw.stdout()
 
@@ -367,9 +287,9 @@ async def test_logs_are_quiet_by_default(tmp_path: Path) -> None:
 async def test_info_logs_one_json_access_line_per_request_with_its_id(tmp_path: Path) -> None:
     async with ScriptedBackend() as backend:
         args = ("--upstream", backend.base_url, "--log-level", "info")
-        async with gateway_process(*args, workdir=tmp_path) as gw:
-            ids = await traffic(gw.url)
-            await asyncio.sleep(0.2)
+        async with gateway_process(tmp_path / "gateway.log", *args) as gw:
+            ids = await traffic(gw.origin)
+            assert await gw.terminate() == 0  # after its exit, its log holds all it wrote
             lines = gw.log_lines()  # every line parses as one JSON object
     access = [line for line in lines if line["logger"] == "streamer.access"]
     by_id = {line.get("request_id"): line for line in access}
@@ -411,10 +331,11 @@ async def test_settings_come_from_the_environment_and_flags_win(tmp_path: Path) 
             "STREAMER_LOG_LEVEL": "info",
             "STREAMER_MODEL": "env-model",
         }
-        async with gateway_process("--max-body-bytes", "2000", workdir=tmp_path, env=env) as gw:
+        gateway = gateway_process(tmp_path / "gateway.log", "--max-body-bytes", "2000", env=env)
+        async with gateway as gw:
             assert gw.port == port
             async with aiohttp.ClientSession() as http:
-                url = gw.url + "/v1/responses"
+                url = gw.url + "/responses"
                 body = {
                     "model": "m",
                     "input": "x" * 700,
@@ -428,7 +349,7 @@ async def test_settings_come_from_the_environment_and_flags_win(tmp_path: Path) 
                 big = {"model": "m", "input": "x" * 3000}
                 async with http.post(url, json=big, headers=headers) as resp:
                     assert resp.status == 413
-            await asyncio.sleep(0.2)
+            assert await gw.terminate() == 0  # after its exit, its log holds all it wrote
             assert any(line["logger"] == "streamer.access" for line in gw.log_lines())
         assert backend.requests[-1]["model"] == "env-model"
 

@@ -138,8 +138,8 @@ def test_rate_limit_headers_keep_only_legal_values() -> None:
 
 async def test_memory_store_owners() -> None:
     store = MemoryStore()
-    await store.put(StoredResponse({"id": "resp_a"}, [{"type": "message"}], {}, "alice"))
-    await store.put(StoredResponse({"id": "resp_open"}, [], {}, None))
+    await store.put(StoredResponse({"id": "resp_a"}, [{"type": "message"}], "alice"))
+    await store.put(StoredResponse({"id": "resp_open"}, [], None))
     assert await store.get_response("resp_a", owner="bob") is None
     assert await store.get("resp_a", owner="bob") is None
     assert await store.input_items("resp_a", owner="bob") is None

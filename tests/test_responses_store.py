@@ -15,6 +15,7 @@ import openai
 import orjson
 import pytest
 import redis.asyncio as aioredis
+from builders import TOOLS
 from harness import GatewayHarness
 from openai import AsyncOpenAI
 from redis_server import RedisServer, redis_marks, requires_redis
@@ -23,6 +24,7 @@ from scripted_backend import (
     DONE,
     HANG,
     DelayHeaders,
+    Gate,
     Sleep,
     finish,
     refusing_url,
@@ -34,22 +36,6 @@ from sdk_models import validate_event, validate_response
 
 from streamer.store import MemoryStore, open_store
 
-TOOLS: list[dict[str, Any]] = [
-    {
-        "type": "namespace",
-        "name": "mcp__docs",
-        "description": "Docs.",
-        "tools": [
-            {
-                "type": "function",
-                "name": "search",
-                "description": "Search the docs.",
-                "parameters": {"type": "object", "properties": {"q": {"type": "string"}}},
-            }
-        ],
-    },
-    {"type": "function", "name": "exec_command", "parameters": {"type": "object"}},
-]
 END = [finish("stop"), usage(5, 2), DONE]
 ERROR_KEYS = {"message", "type", "param", "code"}
 TERMINAL = {"response.completed", "response.failed", "response.incomplete"}
@@ -389,9 +375,13 @@ async def test_delete_running_background_cancels_it(
     gw.backend.script([*text_chunks(["partial"]), HANG])
     created = await client.responses.create(model="m", input="hi", background=True)
     await wait_status(client, created.id, {"in_progress"})
+    turn = gw.gateway.background.tasks[created.id]
     await client.responses.delete(created.id)
     await gw.backend.records[-1].wait_disconnect(timeout=5)
-    await asyncio.sleep(0.1)  # the finished turn must not write its record back
+    # Once the turn's task is over, whatever it wrote is written: it must not have written
+    # its record back.
+    done, _ = await asyncio.wait([turn], timeout=10)
+    assert done == {turn}
     with pytest.raises(openai.NotFoundError):
         await client.responses.retrieve(created.id)
 
@@ -477,13 +467,17 @@ async def test_store_dying_mid_turn_releases_backend_and_followers() -> None:
         RedisServer() as server,
         GatewayHarness(store=server.url, background_store_wait=1.0) as gw,
     ):
-        # "b" comes once the store is surely down (its stop, a SIGTERM, takes a moment)
-        gw.backend.script([*text_chunks(["a"]), Sleep(2.0), *text_chunks(["b"], role=False), HANG])
+        # "b" comes only once the store is down: a timed pause here used to let "b" be
+        # logged before a slow stop under CPU load, and then nothing ever noticed the outage
+        store_down = asyncio.Event()
+        script = [*text_chunks(["a"]), Gate(store_down), *text_chunks(["b"], role=False), HANG]
+        gw.backend.script(script)
         async with AsyncOpenAI(base_url=gw.url, api_key="k", max_retries=0) as client:
             created = await client.responses.create(model="m", input="hi", background=True)
             await wait_status(client, created.id, {"in_progress"})
             follower = await client.responses.retrieve(created.id, stream=True)
             await asyncio.to_thread(server.stop)
+            store_down.set()
             async with asyncio.timeout(15):
                 events = [event async for event in follower]  # ends, with an `error` event
                 # The turn could not log its next events: it stopped the backend request.

@@ -26,6 +26,7 @@ import openai
 import orjson
 import pytest
 from aiohttp import web
+from builders import gateway_process
 from harness import GatewayHarness
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -39,7 +40,6 @@ from scripted_backend import (
     tool_call_chunks,
     usage,
 )
-from test_operators import gateway_process
 
 from streamer import app as app_module
 from streamer.config import Settings
@@ -352,7 +352,7 @@ async def test_secrets_never_reach_the_logs_of_a_debug_gateway(tmp_path: Path) -
             "--api-key", CLIENT_KEY, "--api-key-file", str(key_file),
             "--log-level", "debug", "--tap-dir", str(tmp_path / "tap"),
         )  # fmt: skip
-        async with gateway_process(*args, workdir=tmp_path) as proc:
+        async with gateway_process(tmp_path / "gateway.log", *args, graceful=True) as proc:
             url = f"http://127.0.0.1:{proc.port}/v1"
             answers: list[bytes] = []
             async with aiohttp.ClientSession() as http:
@@ -422,10 +422,10 @@ async def test_binds_to_loopback_unless_told_otherwise(tmp_path: Path) -> None:
     assert Settings().host == "127.0.0.1"
     async with ScriptedBackend() as backend:
         args = ("--upstream", backend.base_url)
-        async with gateway_process(*args, workdir=tmp_path / "default") as gw:
+        async with gateway_process(tmp_path / "default.log", *args) as gw:
             assert listening_hosts(gw.port) == {"127.0.0.1"}
         # told otherwise (another loopback address, so nothing is exposed by the test)
-        async with gateway_process(*args, "--host", "127.0.0.2", workdir=tmp_path / "told") as gw:
+        async with gateway_process(tmp_path / "told.log", *args, "--host", "127.0.0.2") as gw:
             assert listening_hosts(gw.port) == {"127.0.0.2"}
 
 

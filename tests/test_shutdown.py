@@ -5,27 +5,22 @@ WebSocket, background) finish until `--shutdown-grace` runs out, then end what i
 well: SSE and JSON turns as `response.failed`, WebSockets closed with 1001 (going away),
 background responses failed in the store (Redis, read back by another process), and exit 0.
 
-`GatewayProcess` / `gateway_process` are shared with tests/test_load.py.
+`GatewayProcess` / `gateway_process` live in tests/builders.py.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import os
 import signal
-import socket
-import sys
 import time
-from collections.abc import AsyncIterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import aiohttp
 import orjson
 import pytest
-from redis_server import RedisServer, free_port, requires_redis
+from builders import GatewayProcess, client_session, gateway_process, parse_sse
+from redis_server import RedisServer, requires_redis
 from scripted_backend import (
     DONE,
     HANG,
@@ -36,83 +31,9 @@ from scripted_backend import (
     text_chunks,
     usage,
 )
-from test_faults import (
-    BODY,
-    DEADLINE,
-    Outcome,
-    check_error_body,
-    check_events,
-    client_session,
-    parse_sse,
-)
+from test_faults import BODY, DEADLINE, Outcome, check_error_body, check_events
 
 REPO = Path(__file__).resolve().parents[1]
-
-
-@dataclass
-class GatewayProcess:
-    process: asyncio.subprocess.Process
-    port: int
-    log_path: Path
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}/v1"
-
-    @property
-    def ws_url(self) -> str:
-        return f"ws://127.0.0.1:{self.port}/v1/responses"
-
-    def log(self) -> str:
-        return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
-
-    def rss(self) -> int:
-        """Resident memory of the gateway process, in bytes."""
-        for line in Path(f"/proc/{self.process.pid}/status").read_text().splitlines():
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) * 1024
-        raise AssertionError("no VmRSS")
-
-    def accepts(self) -> bool:
-        """Whether a new TCP connection to the gateway is accepted."""
-        try:
-            with socket.create_connection(("127.0.0.1", self.port), timeout=1):
-                return True
-        except OSError:
-            return False
-
-    async def wait(self, timeout: float) -> int:
-        return await asyncio.wait_for(self.process.wait(), timeout)
-
-
-@contextlib.asynccontextmanager
-async def gateway_process(log_path: Path, *args: str) -> AsyncIterator[GatewayProcess]:
-    """`python -m streamer serve --port <free> *args`, ready (healthz) until the block ends."""
-    port = free_port()
-    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")]))
-    with log_path.open("wb") as log:
-        proc = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "streamer", "serve", "--host", "127.0.0.1", "--port", str(port),
-            *args, cwd=REPO, env=env, stdin=asyncio.subprocess.DEVNULL, stdout=log, stderr=log,
-        )  # fmt: skip
-    gateway = GatewayProcess(proc, port, log_path)
-    try:
-        deadline = time.monotonic() + 30
-        async with aiohttp.ClientSession() as session:
-            while True:
-                assert proc.returncode is None, f"gateway exited early:\n{gateway.log()}"
-                with contextlib.suppress(aiohttp.ClientError):
-                    async with session.get(f"http://127.0.0.1:{port}/healthz") as resp:
-                        if resp.status == 200:
-                            break
-                assert time.monotonic() < deadline, f"gateway not ready:\n{gateway.log()}"
-                await asyncio.sleep(0.05)
-        yield gateway
-    finally:
-        if proc.returncode is None:
-            proc.kill()
-            await proc.wait()
 
 
 async def _stream_until_delta(
@@ -291,7 +212,7 @@ async def test_sigterm_background_responses_are_not_lost(tmp_path: Path) -> None
         backend.responder = answer
         async with client_session() as session:
             async with gateway_process(tmp_path / "a.log", "--upstream", backend.base_url,
-                                       "--shutdown-grace", "2", *store) as gw:  # fmt: skip
+                                       "--shutdown-grace", "0.5", *store) as gw:  # fmt: skip
                 ids = {}
                 for text in ("done", "stuck"):
                     body = {**BODY, "input": text, "background": True}

@@ -10,6 +10,7 @@ from typing import Any
 
 import orjson
 import pytest
+from builders import ManualClock
 from redis_server import RedisServer, free_port, redis_marks, requires_redis
 from redis_server import redis_server as redis_server  # the module-scoped fixture
 
@@ -72,7 +73,7 @@ def completed(seq: int) -> bytes:
 
 def record(response_id: str, items: list[dict[str, Any]] | None = None, **response: Any) -> Any:
     body = {"id": response_id, "object": "response", "status": "completed", "output": []}
-    return StoredResponse({**body, **response}, items or [], {"tools": [["mcp__docs__search"]]})
+    return StoredResponse({**body, **response}, items or [])
 
 
 async def collect(events: AsyncIterator[tuple[int, bytes]], timeout: float = 10.0) -> list[int]:
@@ -82,6 +83,35 @@ async def collect(events: AsyncIterator[tuple[int, bytes]], timeout: float = 10.
 
 def new_id() -> str:
     return f"resp_{uuid.uuid4().hex}"
+
+
+async def until_following(store: Any, count: int = 1) -> None:
+    """Return once `count` followers wait for live events, as the store itself shows it.
+
+    A new follower task on the memory store runs to its first real wait (the log's wake-up)
+    within one turn of the loop. On Redis it waits in a blocking XREAD, which CLIENT LIST
+    shows as `cmd=xread` with the `b` (blocked) flag.
+    """
+    if isinstance(store, MemoryStore):
+        await asyncio.sleep(0)  # one loop turn, not a length of time
+        return
+    async with asyncio.timeout(10):
+        while True:
+            clients = await store._r.client_list()
+            blocked = [c for c in clients if c.get("cmd") == "xread" and "b" in c.get("flags")]
+            if len(blocked) >= count:
+                return
+            await asyncio.sleep(0.005)  # polling a real condition
+
+
+async def until_listening(store: Any) -> None:
+    """Return once the store listens for cancels: on Redis, its subscription is counted."""
+    if isinstance(store, MemoryStore):
+        await asyncio.sleep(0)  # one loop turn: the waiter task reaches its Event
+        return
+    async with asyncio.timeout(10):
+        while (await store._r.pubsub_numsub(store._channel))[0][1] < 1:
+            await asyncio.sleep(0.005)  # polling a real condition
 
 
 # -- records -------------------------------------------------------------------------------
@@ -110,8 +140,7 @@ async def test_put_get_roundtrip_restores_everything(store: Any) -> None:
         {"type": "function_call_output", "call_id": "c0", "output": "ok", "id": "kept_1"},
     ]
     original = [dict(item) for item in items]
-    names = {"tools": [{"flat": "mcp__docs__search", "namespace": "mcp__docs", "name": "search"}]}
-    rec = StoredResponse({"id": rid, "object": "response", "output": [call]}, items, names)
+    rec = StoredResponse({"id": rid, "object": "response", "output": [call]}, items)
     await store.put(rec)
     assert items == original  # put copies items to give them ids; the caller's stay as sent
 
@@ -119,7 +148,6 @@ async def test_put_get_roundtrip_restores_everything(store: Any) -> None:
     assert got is not None
     assert got.response == rec.response
     assert got.response["output"][0]["namespace"] == "mcp__docs"
-    assert got.names == names
     ids = [item["id"] for item in got.input_items]
     assert ids[0].startswith("msg_") and ids[1].startswith("msg_") and ids[2].startswith("fc_")
     assert ids[3] == "kept_1"
@@ -183,7 +211,7 @@ async def test_delete_ends_a_live_follower(stores: Stores) -> None:
     await a.put(record(rid, status="in_progress"))
     await a.append_event(rid, 0, event(0))
     follower = asyncio.create_task(collect(b.events(rid)))
-    await asyncio.sleep(0.1)
+    await until_following(b)
     assert await a.delete(rid) is True
     assert await follower == [0]
 
@@ -277,22 +305,51 @@ async def test_input_items_empty(store: Any) -> None:
 # -- TTL -----------------------------------------------------------------------------------
 
 
-async def test_ttl_expiry_and_refresh_by_events(stores: Stores) -> None:
-    store = stores.open(ttl_seconds=1.0)
+async def test_ttl_expiry_and_refresh_by_events_in_memory() -> None:
+    clock = ManualClock()
+    store = MemoryStore(ttl_seconds=1.0, clock=clock)
     stale, live = new_id(), new_id()
     await store.put(record(stale, [{"role": "user", "content": "x"}]))
     await store.put(record(live, [{"role": "user", "content": "x"}]))
     assert await store.get_response(stale) is not None
-    await asyncio.sleep(0.6)
+    clock.advance(0.6)
     await store.append_event(live, 0, event(0))  # events keep a running response alive
-    await asyncio.sleep(0.6)
+    clock.advance(0.6)
     assert await store.get(stale) is None
     assert await store.get_response(stale) is None
     assert await store.input_items(stale) is None
     assert (await store.get(live)) is not None
-    await asyncio.sleep(1.2)
+    clock.advance(1.2)
     assert await store.get(live) is None
     assert await collect(store.events(live)) == []  # record and log both expired
+
+
+@requires_redis
+@pytest.mark.redis
+async def test_ttl_expiry_and_refresh_by_events_in_redis(redis_server: RedisServer) -> None:
+    # Redis expires keys by its own clock. Two instances with TTLs 0.3 s and 60 s share the
+    # data, so each wait below is only bounded from below: a slow machine cannot break it.
+    prefix = f"ttl-{uuid.uuid4().hex[:8]}:"
+    short = open_store(redis_server.url, key_prefix=prefix, ttl_seconds=0.3)
+    long = open_store(redis_server.url, key_prefix=prefix, ttl_seconds=60)
+    try:
+        stale, live = new_id(), new_id()
+        await short.put(record(stale, [{"role": "user", "content": "x"}]))
+        await short.put(record(live, [{"role": "user", "content": "x"}]))
+        assert await short.get_response(stale) is not None
+        await long.append_event(live, 0, event(0))  # events keep a running response alive
+        await asyncio.sleep(0.4)  # past the short TTL: Redis's clock, not a synchronisation
+        assert await short.get(stale) is None
+        assert await short.get_response(stale) is None
+        assert await short.input_items(stale) is None
+        assert (await short.get(live)) is not None
+        await short.append_event(live, 1, event(1))  # refreshed to the short TTL again
+        await asyncio.sleep(0.4)
+        assert await short.get(live) is None
+        assert await collect(short.events(live)) == []  # record and log both expired
+    finally:
+        await short.close()
+        await long.close()
 
 
 # -- memory bounds -------------------------------------------------------------------------
@@ -340,7 +397,7 @@ async def test_memory_eviction_ends_followers() -> None:
     await store.put(record(rid, status="in_progress"))
     await store.append_event(rid, 0, event(0))
     follower = asyncio.create_task(collect(store.events(rid)))
-    await asyncio.sleep(0.05)
+    await until_following(store)
     await store.put(record(new_id()))  # evicts rid
     assert await follower == [0]
 
@@ -398,13 +455,12 @@ async def test_follow_live_events_from_another_task(store: Any) -> None:
 
     async def produce() -> None:
         for seq in range(1, 8):
-            await asyncio.sleep(0.02)
+            await until_following(store, 3)  # every event arrives while all three wait
             await store.append_event(rid, seq, event(seq))
         await store.append_event(rid, 8, completed(8))
 
     followers = [asyncio.create_task(collect(store.events(rid))) for _ in range(2)]
     late = asyncio.create_task(collect(store.events(rid, after=3)))
-    await asyncio.sleep(0.05)
     await produce()
     assert await followers[0] == list(range(9))
     assert await followers[1] == list(range(9))
@@ -418,7 +474,7 @@ async def test_follower_on_a_second_instance(stores: Stores) -> None:
     await a.append_event(rid, 0, event(0))
     await a.append_event(rid, 1, event(1))
     follower = asyncio.create_task(collect(b.events(rid, after=0)))
-    await asyncio.sleep(0.05)
+    await until_following(b)
     for seq in range(2, 5):
         await a.append_event(rid, seq, event(seq))
     await a.append_event(rid, 5, event(5, "response.failed"))
@@ -432,7 +488,7 @@ async def test_follower_before_the_first_event(stores: Stores) -> None:
     rid = new_id()
     await a.put(record(rid, status="queued", background=True))
     follower = asyncio.create_task(collect(b.events(rid)))
-    await asyncio.sleep(0.05)
+    await until_following(b)
     await a.append_event(rid, 0, event(0, "response.queued"))
     await a.append_event(rid, 1, event(1, "error"))
     assert await follower == [0, 1]
@@ -444,7 +500,7 @@ async def test_end_events_stops_followers_without_terminal(stores: Stores) -> No
     await a.put(record(rid, status="in_progress", background=True))
     await a.append_event(rid, 0, event(0))
     follower = asyncio.create_task(collect(b.events(rid)))
-    await asyncio.sleep(0.05)
+    await until_following(b)
     await a.end_events(rid)
     assert await follower == [0]
     await a.append_event(rid, 1, event(1))  # after the end: ignored
@@ -476,14 +532,17 @@ async def test_cancel_wakes_a_waiter_on_another_instance(stores: Stores) -> None
     rid, other = new_id(), new_id()
     waiter = asyncio.create_task(b.wait_cancel(rid))
     bystander = asyncio.create_task(b.wait_cancel(other))
-    await asyncio.sleep(0.2)
+    await until_listening(b)
     assert not waiter.done()
     await a.request_cancel(rid)
     async with asyncio.timeout(5):
         await waiter
-    await asyncio.sleep(0.1)
+    for _ in range(3):  # a wrongly woken bystander would finish within these loop turns
+        await asyncio.sleep(0)
     assert not bystander.done()  # a cancel for one id leaves the others waiting
-    bystander.cancel()
+    await a.request_cancel(other)  # and it was really waiting: its own cancel wakes it
+    async with asyncio.timeout(5):
+        await bystander
 
 
 async def test_cancel_requested_before_the_waiter_is_seen(stores: Stores) -> None:
@@ -563,6 +622,27 @@ async def test_silent_redis_times_out_instead_of_hanging() -> None:
 
 @requires_redis
 @pytest.mark.redis
+async def test_redis_reads_records_that_still_hold_the_old_tool_map(
+    redis_server: RedisServer,
+) -> None:
+    # Records stored before the tool-map snapshot was dropped carry a "names" field.
+    store = open_store(redis_server.url, key_prefix=f"old-{uuid.uuid4().hex[:8]}:")
+    try:
+        rid = new_id()
+        await store.put(record(rid, [{"role": "user", "content": "x"}]))
+        key = store._key("resp", rid)
+        await store._r.hset(key, "names", orjson.dumps({"tools": [["mcp__docs__search"]]}))
+        got = await store.get(rid)
+        assert got is not None and got.response["id"] == rid
+        assert [item["content"] for item in got.input_items] == ["x"]
+        await store.put(record(rid))  # rewritten: the old field is no longer read or written
+        assert (await store.get(rid)) is not None
+    finally:
+        await store.close()
+
+
+@requires_redis
+@pytest.mark.redis
 async def test_redis_restart_recovers_and_keeps_cancel_waiters() -> None:
     async with RedisServer() as server:
         a, b = open_store(server.url), open_store(server.url)
@@ -570,7 +650,7 @@ async def test_redis_restart_recovers_and_keeps_cancel_waiters() -> None:
             rid = new_id()
             await a.put(record(rid))
             waiter = asyncio.create_task(b.wait_cancel(rid))
-            await asyncio.sleep(0.2)
+            await until_listening(b)
             await asyncio.to_thread(server.stop)
             with pytest.raises(StoreUnavailable):
                 await a.get(rid)
@@ -596,7 +676,7 @@ async def test_redis_follower_raises_when_the_server_dies() -> None:
             rid = new_id()
             await store.put(record(rid, status="in_progress"))
             follower = asyncio.create_task(collect(store.events(rid), timeout=30))
-            await asyncio.sleep(0.2)
+            await until_following(store)
             await asyncio.to_thread(server.stop)
             async with asyncio.timeout(5):
                 with pytest.raises(StoreUnavailable):
@@ -635,12 +715,12 @@ async def test_cancelling_a_blocked_follower_leaves_the_store_sound(stores: Stor
     await a.put(record(rid, status="in_progress"))
     for _ in range(3):  # each one blocked in its read when cancelled
         blocked = asyncio.create_task(collect(b.events(rid)))
-        await asyncio.sleep(0.1)
+        await until_following(b)
         blocked.cancel()
         with pytest.raises(asyncio.CancelledError):
             await blocked
     follower = asyncio.create_task(collect(b.events(rid)))
-    await asyncio.sleep(0.1)
+    await until_following(b)
     await a.append_event(rid, 0, event(0))
     await a.append_event(rid, 1, completed(1))
     assert await follower == [0, 1]

@@ -11,7 +11,6 @@ import sys
 from pathlib import Path
 from typing import Any
 
-import orjson
 import pytest
 
 from streamer.core.errors import RequestError
@@ -554,8 +553,6 @@ def test_namespace_description_from_input_items_and_first_declaration_wins() -> 
     ]
     names = convert(None, items)
     assert [t.description for t in names.tools] == ["Plan events.\n\nCreate."]
-    restored = ResponsesToolNames.from_json(orjson.loads(orjson.dumps(names.to_json())))
-    assert restored.tools == names.tools
 
 
 # -- rule 6: tool_choice -------------------------------------------------------------------
@@ -905,48 +902,6 @@ def test_budget_tolerates_big_integers() -> None:
 def test_bad_config_is_rejected(kwargs: dict[str, Any]) -> None:
     with pytest.raises(ValueError):
         NamingConfig(**kwargs)
-
-
-def test_snapshot_round_trips_through_json() -> None:
-    items = [
-        {"type": "tool_search_output", "tools": [ns("mcp__x", custom("_raw", description="r"))]}
-    ]
-    names = convert(
-        [fn("other__add", strict=True), ns("other", fn("add")), *HOSTED],
-        items,
-        style="double-underscore",
-        max_name_length=32,
-    )
-    undeclared = names.encode("gone", "tool")
-    restored = ResponsesToolNames.from_json(orjson.loads(orjson.dumps(names.to_json())))
-    assert restored == names
-    assert restored.tools == names.tools
-    assert restored.to_json() == names.to_json()
-    assert restored.decode(undeclared) == ToolIdentity("gone", "tool")
-    for t in names.tools:
-        assert restored.decode(t.name) == t.identity
-    # Later encodes follow the restored config and see the restored names.
-    assert restored.encode("late", "one") == names.encode("late", "one") == "late__one"
-    assert restored.resolve_choice({"type": "custom", "name": "_raw"}) == names.resolve_choice(
-        {"type": "custom", "name": "_raw"}
-    )
-
-
-@pytest.mark.parametrize(
-    "mutate",
-    [
-        lambda d: d.update(version=2),
-        lambda d: d.pop("tools"),
-        lambda d: d["config"].update(style="camel"),
-        lambda d: d["tools"][0].update(kind="hosted"),
-        lambda d: d["tools"][0].pop("flat"),
-    ],
-)
-def test_malformed_snapshot_is_a_value_error(mutate: Any) -> None:
-    data = convert([fn("a")]).to_json()
-    mutate(data)
-    with pytest.raises(ValueError):
-        ResponsesToolNames.from_json(data)
 
 
 def test_decode_of_unknown_names_never_splits() -> None:

@@ -6,7 +6,6 @@ import copy
 import re
 from typing import Any
 
-import orjson
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -180,19 +179,6 @@ def test_same_tools_twice_give_the_same_names(req: Any, config: NamingConfig) ->
     second = ResponsesToolNames.convert(copy.deepcopy(tools), copy.deepcopy(items), config=config)
     assert first.tools == second.tools
     assert first == second
-
-
-@QUICK
-@given(requests(), config_st, st.lists(st.tuples(st.one_of(st.none(), names_st), names_st)))
-def test_snapshot_round_trip(req: Any, config: NamingConfig, history: list[Any]) -> None:
-    names = ResponsesToolNames.convert(*req, config=config)
-    for ns, name in history:
-        names.encode(ns, name)
-    restored = ResponsesToolNames.from_json(orjson.loads(orjson.dumps(names.to_json())))
-    assert restored == names
-    assert restored.to_json() == names.to_json()
-    for flat in [t.name for t in names.tools] + [names.encode(ns, n) for ns, n in history]:
-        assert restored.decode(flat) == names.decode(flat)
 
 
 def same_route(found: ToolIdentity, ns: str | None, name: str) -> bool:

@@ -15,6 +15,7 @@ from typing import Any
 
 import orjson
 import pytest
+from builders import ONE_FUNCTION as TOOLS
 from sdk_models import validate_event, validate_response
 from test_faults import _sdk_view
 
@@ -28,8 +29,6 @@ from streamer.core.tools import ResponsesToolNames
 from streamer.gateway import turn_options
 from streamer.pipeline import TurnOptions, prepare, stream_events
 from streamer.upstream.body_budget import ByteBudget
-
-TOOLS = [{"type": "function", "name": "f", "parameters": {"type": "object"}}]
 
 
 def streamer(max_chars: int = 1 << 30, max_items: int = 1 << 30) -> OutputItemStreamer:

@@ -9,86 +9,27 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import os
 import signal
-import sys
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import aiohttp
 import orjson
 import pytest
-from redis_server import RedisServer, free_port, redis_marks
+from builders import TWO_NAMESPACES, GatewayProcess, gateway_process
+from redis_server import RedisServer, redis_marks
 from scripted_backend import HANG, ScriptedBackend, Sleep, text_chunks, tool_call_chunks
 
 pytestmark = redis_marks
 
 REPO = Path(__file__).resolve().parents[1]
-TOOLS: list[dict[str, Any]] = [
-    {
-        "type": "namespace",
-        "name": "mcp__docs",
-        "description": "Docs.",
-        "tools": [{"type": "function", "name": "search", "parameters": {"type": "object"}}],
-    },
-    {
-        "type": "namespace",
-        "name": "crm",
-        "description": "CRM.",
-        "tools": [{"type": "function", "name": "lookup", "parameters": {"type": "object"}}],
-    },
-]
 PUBLIC = {("mcp__docs", "search"), ("crm", "lookup")}
 FLAT = (b"mcp__docs__search", b"crm__lookup")
 TERMINAL = {"response.completed", "response.failed", "response.incomplete", "error"}
 
 
-@dataclass
-class Instance:
-    process: asyncio.subprocess.Process
-    url: str  # .../v1
-    log_path: Path
-
-    def log(self) -> str:
-        return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
-
-
-@contextlib.asynccontextmanager
-async def gateway_process(log_path: Path, *args: str) -> AsyncIterator[Instance]:
-    """`python -m streamer serve --port <free> *args`, ready once /healthz answers."""
-    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")]))
-    port = free_port()
-    with log_path.open("wb") as log:
-        process = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "streamer", "serve", "--host", "127.0.0.1", "--port", str(port),
-            *args, cwd=REPO, env=env, stdin=asyncio.subprocess.DEVNULL, stdout=log, stderr=log,
-        )  # fmt: skip
-    instance = Instance(process, f"http://127.0.0.1:{port}/v1", log_path)
-    try:
-        async with aiohttp.ClientSession() as session, asyncio.timeout(30):
-            while True:
-                if process.returncode is not None:
-                    raise RuntimeError(f"gateway exited {process.returncode}:\n{instance.log()}")
-                with contextlib.suppress(aiohttp.ClientError):
-                    async with session.get(f"http://127.0.0.1:{port}/healthz") as reply:
-                        if reply.status == 200:
-                            break
-                await asyncio.sleep(0.1)
-        yield instance
-    finally:
-        if process.returncode is None:
-            process.terminate()
-            try:
-                await asyncio.wait_for(process.wait(), 10)
-            except TimeoutError:
-                process.kill()
-                await process.wait()
-
-
-async def sse_events(reply: aiohttp.ClientResponse) -> AsyncIterator[tuple[dict[str, Any], bytes]]:
+async def data_lines(reply: aiohttp.ClientResponse) -> AsyncIterator[tuple[dict[str, Any], bytes]]:
     """Each event's parsed JSON and its raw data line."""
     async for line in reply.content:
         if line.startswith(b"data: "):
@@ -110,7 +51,9 @@ def slow_calls_then_hang() -> list[Any]:
 
 
 @pytest.fixture
-async def cluster(tmp_path: Path) -> AsyncIterator[tuple[ScriptedBackend, Instance, Instance]]:
+async def cluster(
+    tmp_path: Path,
+) -> AsyncIterator[tuple[ScriptedBackend, GatewayProcess, GatewayProcess]]:
     async with RedisServer() as redis, ScriptedBackend() as backend:
         args = ("--upstream", backend.base_url, "--store", redis.url)
         async with contextlib.AsyncExitStack() as stack:
@@ -122,18 +65,24 @@ async def cluster(tmp_path: Path) -> AsyncIterator[tuple[ScriptedBackend, Instan
 
 
 async def test_background_turn_is_fetched_resumed_and_cancelled_elsewhere(
-    cluster: tuple[ScriptedBackend, Instance, Instance],
+    cluster: tuple[ScriptedBackend, GatewayProcess, GatewayProcess],
 ) -> None:
     backend, a, b = cluster
     script = slow_calls_then_hang()
     backend.script(script)
-    body = {"model": "m", "input": "look it up", "tools": TOOLS, "background": True, "stream": True}
+    body = {
+        "model": "m",
+        "input": "look it up",
+        "tools": TWO_NAMESPACES,
+        "background": True,
+        "stream": True,
+    }
     async with aiohttp.ClientSession() as http, asyncio.timeout(30):
         # Start on A; leave once the first call is out (the turn goes on without us).
         async with http.post(f"{a.url}/responses", json=body) as reply:
             assert reply.status == 200
             head = []
-            async for event, _ in sse_events(reply):
+            async for event, _ in data_lines(reply):
                 head.append(event)
                 if event["type"] == "response.output_item.added":
                     break
@@ -165,7 +114,7 @@ async def test_background_turn_is_fetched_resumed_and_cancelled_elsewhere(
         async with http.get(url) as reply:
             assert reply.status == 200
             assert reply.headers["Content-Type"].startswith("text/event-stream")
-            async for event, raw in sse_events(reply):
+            async for event, raw in data_lines(reply):
                 resumed.append((event, raw))
                 if cancel is None and event.get("delta") == '"a"}':
                     cancel = asyncio.create_task(cancel_on_b())
@@ -195,7 +144,7 @@ async def test_background_turn_is_fetched_resumed_and_cancelled_elsewhere(
 
 
 async def test_cancel_ends_a_turn_whose_instance_died(
-    cluster: tuple[ScriptedBackend, Instance, Instance],
+    cluster: tuple[ScriptedBackend, GatewayProcess, GatewayProcess],
 ) -> None:
     backend, a, b = cluster
     backend.script([*text_chunks(["part"]), HANG])
@@ -214,7 +163,7 @@ async def test_cancel_ends_a_turn_whose_instance_died(
         url = f"{b.url}/responses/{response_id}?stream=true&starting_after=0"
         async with http.get(url) as reply:  # a follower waiting on the dead instance's turn
             follower = asyncio.create_task(
-                asyncio.wait_for(_collect(sse_events(reply)), timeout=20)
+                asyncio.wait_for(_collect(data_lines(reply)), timeout=20)
             )
             async with http.post(f"{b.url}/responses/{response_id}/cancel") as cancel:
                 assert cancel.status == 200

@@ -44,7 +44,7 @@ class StoreUnavailable(Exception):
 
 @dataclass(slots=True)
 class StoredResponse:
-    """What a stored response keeps. `names` is `ResponsesToolNames.to_json()`, opaque here.
+    """What a stored response keeps: the Response, its input as listed, and its owner.
 
     `owner` is the identity of the client that created it (streamer/identity.py); "" (an
     anonymous gateway) or None (a record older than owners) belongs to everyone.
@@ -52,7 +52,6 @@ class StoredResponse:
 
     response: dict[str, Any]
     input_items: list[dict[str, Any]] = field(default_factory=list)
-    names: dict[str, Any] = field(default_factory=dict)
     owner: str | None = None
 
     @property

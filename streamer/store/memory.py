@@ -56,13 +56,12 @@ class _Entry:
     expires: float
     response: bytes | None = None  # None: only an event log exists so far
     items: bytes = b"[]"
-    names: bytes = b"{}"
     owner: str | None = None
     log: _Log | None = None
     size: int = 0
 
     def measure(self) -> int:
-        record = len(self.response or b"") + len(self.items) + len(self.names)
+        record = len(self.response or b"") + len(self.items)
         record += len(self.owner or "")
         return _ENTRY_OVERHEAD + record + (self.log.size if self.log else 0)
 
@@ -107,7 +106,6 @@ class MemoryStore:
         entry = self._live(response_id) or self._insert(response_id)
         entry.response = orjson.dumps(record.response)
         entry.items = orjson.dumps(with_item_ids(record.input_items))
-        entry.names = orjson.dumps(record.names)
         entry.owner = record.owner
         self._written(response_id, entry)
 
@@ -118,7 +116,6 @@ class MemoryStore:
         return StoredResponse(
             orjson.loads(entry.response),
             orjson.loads(entry.items),
-            orjson.loads(entry.names),
             entry.owner,
         )
 

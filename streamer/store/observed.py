@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
 from typing import Any, Protocol, TypeVar
 
 S = TypeVar("S")
@@ -76,8 +76,10 @@ def _counted_events(
         outcome = "ok"
         try:
             inner = method(*args, **kwargs)
-            closing = (
-                contextlib.aclosing(inner) if hasattr(inner, "aclose") else contextlib.nullcontext()
+            closing: contextlib.AbstractAsyncContextManager[object] = (
+                contextlib.aclosing(inner)
+                if isinstance(inner, AsyncGenerator)
+                else contextlib.nullcontext()
             )
             async with closing:
                 async for item in inner:

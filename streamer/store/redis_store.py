@@ -1,7 +1,7 @@
 """The Redis store: what lets several gateway instances share responses, streams and cancels.
 
 Keys per response (hash-tagged on the id so a cluster keeps them in one slot):
-  {p}resp:{id}     hash: `response` and `names` (orjson), `owner` (a client identity, if any)
+  {p}resp:{id}     hash: `response` (orjson), `owner` (a client identity, if any)
   {p}items:{id}    list: the input items in input order, one orjson value each
   {p}itemidx:{id}  hash: item id -> index in that list (input_items `after` cursors)
   {p}events:{id}   stream: entry id `0-<seq+1>` holds `d` (the event JSON) and `t` when
@@ -23,6 +23,7 @@ from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import RedisError, ResponseError
+from redis.typing import EncodableT, FieldT
 
 from streamer.store.base import (
     Order,
@@ -36,6 +37,8 @@ from streamer.store.base import (
 )
 
 T = TypeVar("T")
+# One XREAD answer for one stream: its entries, each an id and its fields (bytes, undecoded).
+StreamEntries = list[tuple[bytes, dict[bytes, bytes]]]
 
 
 class RedisStore:
@@ -93,7 +96,7 @@ class RedisStore:
         rkey, lkey, ikey = self._record_keys(response_id)
         items = with_item_ids(record.input_items)
         pipe = self._r.pipeline(transaction=True)
-        mapping = {"response": orjson.dumps(record.response), "names": orjson.dumps(record.names)}
+        mapping: dict[FieldT, EncodableT] = {"response": orjson.dumps(record.response)}
         if record.owner:
             mapping["owner"] = record.owner.encode()
         pipe.hset(rkey, mapping=mapping)
@@ -102,7 +105,7 @@ class RedisStore:
         pipe.delete(lkey, ikey)
         if items:
             pipe.rpush(lkey, *(orjson.dumps(item) for item in items))
-            index: dict[str, int] = {}
+            index: dict[FieldT, EncodableT] = {}
             for i, item in enumerate(items):
                 index.setdefault(str(item["id"]), i)  # the first occurrence, as page_items
             pipe.hset(ikey, mapping=index)
@@ -113,16 +116,16 @@ class RedisStore:
     async def get(self, response_id: str, *, owner: str | None = None) -> StoredResponse | None:
         rkey, lkey, _ = self._record_keys(response_id)
         pipe = self._r.pipeline(transaction=True)
-        pipe.hmget(rkey, ["response", "names", "owner"])
+        # Older records also hold "names" (a tool-map snapshot nobody read): left to expire.
+        pipe.hmget(rkey, ["response", "owner"])
         pipe.lrange(lkey, 0, -1)
-        (response, names, stored_owner), items = await self._call(pipe.execute())
+        (response, stored_owner), items = await self._call(pipe.execute())
         record_owner = stored_owner.decode() if stored_owner else None
         if response is None or not visible(record_owner, owner):
             return None
         return StoredResponse(
             orjson.loads(response),
             [orjson.loads(item) for item in items],
-            orjson.loads(names) if names else {},
             record_owner,
         )
 
@@ -198,7 +201,7 @@ class RedisStore:
             raise ValueError("seq must be >= 0")
         skey = self._key("events", response_id)
         terminal = is_terminal(data)
-        fields = {"d": data, "t": b"1"} if terminal else {"d": data}
+        fields: dict[FieldT, EncodableT] = {"d": data, "t": b"1"} if terminal else {"d": data}
         pipe = self._r.pipeline(transaction=True)
         # The seq is the entry id, so replay-after-N is a plain XREAD from 0-(N+1) and
         # Redis itself rejects duplicate or out-of-order seqs and appends after the end.
@@ -220,7 +223,8 @@ class RedisStore:
             return
         cursor: bytes | str = f"0-{max(after, -1) + 1}"
         while True:
-            reply = await self._call(
+            # RESP2, undecoded: a list of [stream, entries]; redis-py's type is a wider union.
+            reply: Any = await self._call(
                 self._rb.xread({skey: cursor}, count=512, block=self._block_ms),
                 self._block_deadline,
             )
@@ -230,7 +234,8 @@ class RedisStore:
                 if gone:
                     return
                 continue
-            for entry_id, fields in reply[0][1]:
+            entries: StreamEntries = reply[0][1]
+            for entry_id, fields in entries:
                 cursor = entry_id
                 if b"e" in fields:
                     return
@@ -354,5 +359,8 @@ class RedisStore:
         await self._rb.aclose()
 
 
-def _text(value: bytes | None) -> str | None:
-    return value.decode() if value else None
+def _text(value: bytes | str | None) -> str | None:
+    """A field read back (bytes, as the client does not decode), as text; None if unset."""
+    if isinstance(value, bytes):
+        return value.decode() or None
+    return value or None

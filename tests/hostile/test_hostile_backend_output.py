@@ -19,17 +19,17 @@ from typing import Any
 
 import orjson
 import pytest
+from builders import ONE_FUNCTION as TOOLS
+from builders import GatewayProcess, client_session, gateway_process, sse_events
 from harness import GatewayHarness
 from raw_backend import RawBackend, RawConnection, chunked, http_response, sse_data, sse_head
 from sdk_models import validate_response
-from test_faults import _sdk_view, check_error_body, check_events, client_session, parse_sse
-from test_shutdown import GatewayProcess, gateway_process
+from test_faults import _sdk_view, check_error_body, check_events
 
 import streamer.upstream.chat.client as chat_module
 from streamer.core.sse import SSEDecoder
 
 MiB = 1 << 20
-TOOLS = [{"type": "function", "name": "f", "parameters": {"type": "object"}}]
 DEADLINE = 60.0  # a turn that has not ended by then never will: the test fails
 
 
@@ -93,15 +93,6 @@ def endless(cut: asyncio.Event, event: bytes, per_write: int = 16) -> Callable[.
             raise
 
     return handler
-
-
-async def sse_events(url: str, body: dict[str, Any]) -> list[dict[str, Any]]:
-    async with (
-        client_session() as session,
-        session.post(url + "/responses", json={**body, "stream": True}) as resp,
-    ):
-        assert resp.status == 200, await resp.text()
-        return parse_sse(await resp.read())
 
 
 async def json_answer(url: str, body: dict[str, Any]) -> tuple[int, Any]:

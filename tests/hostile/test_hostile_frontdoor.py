@@ -25,11 +25,12 @@ from typing import Any
 import aiohttp
 import orjson
 import pytest
+from builders import client_session
 from harness import GatewayHarness
 from raw_backend import RawBackend, RawConnection, http_response
 from redis_server import free_port
 from scripted_backend import DONE, ScriptedBackend, Sleep, finish, text_chunks, usage
-from test_faults import BODY, client_session
+from test_faults import BODY
 
 REPO = Path(__file__).resolve().parents[2]
 DEADLINE = 10.0  # no wait in these tests lasts longer: a connection left open fails

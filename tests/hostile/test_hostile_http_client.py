@@ -442,7 +442,7 @@ async def test_unusable_client_settings_stop_the_gateway_at_startup(
 # -- Content-Encoding ----------------------------------------------------------------------
 
 
-def sse_events(text: list[str]) -> bytes:
+def sse_body(text: list[str]) -> bytes:
     steps = [*text_chunks(text), finish("stop"), usage(3, 2)]
     return b"".join(b"data: " + orjson.dumps(s) + b"\n\n" for s in steps) + DONE
 
@@ -472,7 +472,7 @@ async def test_compressed_answers_decode_to_the_right_text(coding: str, kind: st
     """A proxy that compresses anyway: SSE and whole JSON, each coding, decoded."""
     words = ["Com", "pressed ", "by ", coding]
     if kind == "sse":
-        answer = encoded_answer(sse_events(words), coding, "text/event-stream")
+        answer = encoded_answer(sse_body(words), coding, "text/event-stream")
     else:
         answer = encoded_answer(
             orjson.dumps(completion("".join(words))), coding, "application/json"
@@ -498,7 +498,7 @@ async def test_a_compressed_error_body_keeps_its_status_and_message(coding: str)
 
 
 async def test_an_unknown_coding_is_a_502_that_says_so() -> None:
-    answer = encoded_answer(sse_events(["never read"]), "compress", "text/event-stream")
+    answer = encoded_answer(sse_body(["never read"]), "compress", "text/event-stream")
     async with RawBackend(answering(answer)) as backend, GatewayHarness(upstream=backend.url) as gw:
         status, body = await post(gw)
     assert status == 502, body
@@ -555,7 +555,7 @@ def gzip_bomb(prefix: bytes, size: int) -> bytes:
 async def test_a_decompression_bomb_is_cut_at_the_line_limit() -> None:
     """1 GiB of one SSE line behind 1 MiB of gzip: decoded a bounded piece per read, it
     meets the 16 MiB line limit and the turn fails after the text that came before it."""
-    bomb = gzip_bomb(sse_events(["Hello", " bomb"]).removesuffix(DONE), 1 << 30)
+    bomb = gzip_bomb(sse_body(["Hello", " bomb"]).removesuffix(DONE), 1 << 30)
     head = (
         b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nContent-Encoding: gzip\r\n"
         b"Content-Length: %d\r\n\r\n" % len(bomb)
@@ -627,7 +627,7 @@ async def test_max_connections_bounds_the_backend_connections() -> None:
     for them, and all five complete."""
     gate = asyncio.Event()
     open_now, most = 0, 0
-    answer = encoded_answer(sse_events(["ok"]), "identity", "text/event-stream")
+    answer = encoded_answer(sse_body(["ok"]), "identity", "text/event-stream")
 
     async def handler(conn: RawConnection) -> None:
         nonlocal open_now, most
@@ -673,9 +673,9 @@ async def test_bombs_leave_the_gateway_processs_memory_bounded(tmp_path: Path) -
     """A gateway process in front of 1 GiB gzip bombs: an SSE line and a JSON body (a whole
     completion, then 1 GiB of blanks). Each is decoded a bounded piece per read and cut at
     its limit (16 MiB line, 64 MiB JSON body); the peak RSS stays far below the bomb."""
-    from test_shutdown import gateway_process
+    from builders import gateway_process
 
-    sse = gzip_bomb(sse_events(["Hello", " bomb"]).removesuffix(DONE), 1 << 30)
+    sse = gzip_bomb(sse_body(["Hello", " bomb"]).removesuffix(DONE), 1 << 30)
     blanks = gzip.compress(b" " * (16 << 20), 9) * 64
     whole = gzip.compress(orjson.dumps(completion("Hello JSON bomb"))) + blanks
     bombs = [(b"text/event-stream", sse), (b"application/json", whole)]

@@ -17,10 +17,10 @@ from typing import Any
 import aiohttp
 import orjson
 import pytest
+from builders import GatewayProcess, gateway_process
 from harness import GatewayHarness
 from raw_backend import RawBackend, RawConnection, chunked, http_response, sse_data, sse_head
 from scripted_backend import HANG, ScriptedBackend, finish, text_chunks, usage
-from test_shutdown import GatewayProcess, gateway_process
 
 QUEUE_FULL = "websocket_queue_full"
 MB = 1_000_000

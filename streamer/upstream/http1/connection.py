@@ -23,10 +23,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import socket
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:  # the pool owns its connections; a connection only reports back
-    from streamer.upstream.http1.pool import ConnectionPool
+from typing import Protocol
 
 from streamer.upstream.http1.parser import BODY, BROKEN, DONE, END, HEAD, Head, ResponseParser
 from streamer.upstream.http1.wire import (
@@ -104,6 +101,18 @@ class Response:
             conn.abort()
 
 
+class Owner(Protocol):
+    """What a connection needs of the pool that owns it (`pool.ConnectionPool`): the read
+    buffer its connections share, and to hear when one is free again or gone. A Protocol,
+    so that this module does not import the pool, which imports it."""
+
+    read_buffer: memoryview
+
+    def release(self, conn: Connection) -> None: ...
+
+    def forget(self, conn: Connection) -> None: ...
+
+
 class Connection(asyncio.BufferedProtocol):
     """One TCP (or TLS) connection; feeds its bytes to a `ResponseParser`.
 
@@ -118,9 +127,9 @@ class Connection(asyncio.BufferedProtocol):
     pool) make the connection untrustworthy: it is cut at once.
     """
 
-    def __init__(self, pool: ConnectionPool) -> None:
+    def __init__(self, pool: Owner, loop: asyncio.AbstractEventLoop) -> None:
         self.pool = pool
-        self._loop = pool._loop
+        self._loop = loop
         self.transport: asyncio.Transport | None = None
         self.parser = ResponseParser()
         self.closed = False
@@ -230,14 +239,14 @@ class Connection(asyncio.BufferedProtocol):
             return
         for event in events:
             if event.__class__ is bytes:
-                self.chunks.append(event)  # type: ignore[arg-type]
-                self._unread += len(event)  # type: ignore[arg-type]
+                self.chunks.append(event)
+                self._unread += len(event)
             elif event is END:
                 self._disarm()
             else:
                 self.head = event  # type: ignore[assignment]
         if parser.state == BROKEN:  # bad bytes after some good ones, which stand
-            self._exc = parser.error  # type: ignore[assignment]
+            self._exc = parser.error
             self.abort()
             return
         if not parser.keep_alive and parser.state != BODY:
@@ -268,7 +277,7 @@ class Connection(asyncio.BufferedProtocol):
             self.closed = True
             self.parser.keep_alive = False
             self._disarm()
-            self.pool._forget(self)
+            self.pool.forget(self)
 
     # -- the idle timeout: one timer, moved on lazily ------------------------------------
 

@@ -29,7 +29,7 @@ from streamer.upstream.http1.wire import ProtocolError
 try:  # Python 3.14 has it in the standard library
     from compression import zstd  # type: ignore[import-not-found]
 except ImportError:  # pragma: no cover - the version in use decides
-    from backports import zstd  # type: ignore[import-not-found,no-redef]
+    from backports import zstd
 
 if TYPE_CHECKING:
     from streamer.upstream.http1.connection import Response

@@ -195,7 +195,7 @@ class ConnectionPool:
         return conn, -1.0
 
     async def _connect(self) -> Connection:
-        conn = Connection(self)
+        conn = Connection(self, self._loop)
         try:
             async with asyncio.timeout(self.connect_timeout):
                 await self._open(conn)
@@ -231,7 +231,7 @@ class ConnectionPool:
 
     def release(self, conn: Connection) -> None:
         """Back to the pool if its response ended cleanly (unread bytes of it are dropped)."""
-        self._forget(conn)
+        self.forget(conn)
         if not conn.keepable or not self.reuse or self._closed or self._retired:
             conn.abort()
             return
@@ -247,7 +247,8 @@ class ConnectionPool:
         if self._sweeper is None:
             self._sweeper = self._loop.call_at(conn.idle_since + self.keepalive, self._sweep)
 
-    def _forget(self, conn: Connection) -> None:
+    def forget(self, conn: Connection) -> None:
+        """No longer in use (released, or lost): its slot under the connection limit frees."""
         if conn in self._in_use:
             self._in_use.discard(conn)
             if self._limit is not None:

@@ -95,7 +95,8 @@ def parse_proxy_url(url: str, *, origin: str = "--upstream-proxy") -> Proxy:
         )
     if scheme != "http" or not parts.hostname:
         raise ProxyConfigError(f"{origin}: only http:// proxy URLs are supported, not {scheme!r}")
-    auth, secrets = None, ()
+    auth: str | None = None
+    secrets: tuple[str, ...] = ()
     if parts.username is not None:
         user, password = unquote(parts.username), unquote(parts.password or "")
         token = base64.b64encode(f"{user}:{password}".encode()).decode()
@@ -120,6 +121,7 @@ def select_proxy(backend_url: str, setting: str | None, env: Mapping[str, str]) 
     port = parts.port or (443 if scheme == "https" else 80)
     if setting is not None and setting.strip().lower() == DISABLED:
         return None
+    url: str | None
     if setting:
         url, origin = setting, "--upstream-proxy"
     else:
@@ -168,8 +170,8 @@ def _split_port(entry: str) -> tuple[str, int | None]:
         port = int(rest[1:]) if rest.startswith(":") and rest[1:].isdigit() else None
         return entry[1:end], port
     if entry.count(":") == 1:  # host:port (a bare v6 address has more colons)
-        name, _, port = entry.partition(":")
-        return name, int(port) if port.isdigit() else None
+        name, _, digits = entry.partition(":")
+        return name, int(digits) if digits.isdigit() else None
     return entry, None
 
 

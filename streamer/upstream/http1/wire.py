@@ -166,29 +166,14 @@ class ChunkedDecoder:
                 self._left -= take
                 if not self._left:
                     state, self._left = _CRLF, 2
-            elif state == _CRLF:
-                want = b"\r\n"[2 - self._left :]
-                got = data[pos : pos + len(want)]
-                if not want.startswith(got):
-                    raise ProtocolError("chunk data not followed by CRLF")
-                pos += len(got)
-                self._left -= len(got)
-                if not self._left:
-                    state = _SIZE
-                    if stop_at_size:
-                        break
-            elif state == _TRAILER:  # at a CRLF that ends the previous line
-                eol = find(b"\r\n", pos + 2)
-                if eol < 0:
-                    self._line = data[pos:]
-                    if len(self._line) > MAX_TRAILERS:
-                        raise ProtocolError("trailers too large")
+            elif state == _CRLF:  # the rare states (once per read or per body): methods
+                pos, state = self._crlf(data, pos)
+                if state == _SIZE and stop_at_size:
                     break
-                self._trailers += eol - pos
-                if self._trailers > MAX_TRAILERS:
-                    raise ProtocolError("trailers too large")
-                if eol == pos + 2:  # an empty line: the end of the body
-                    state, self.done, self.tail = _END, True, data[eol + 2 :]
+            elif state == _TRAILER:
+                eol = self._trailer(data, pos)
+                if eol < 0:  # an incomplete line, or the end of the body
+                    state = _END if self.done else _TRAILER
                     break
                 pos = eol
             else:  # _END: nothing more belongs to this body
@@ -197,6 +182,32 @@ class ChunkedDecoder:
                 break
         self._state = state
         return pos
+
+    def _crlf(self, data: bytes, pos: int) -> tuple[int, int]:
+        """The CRLF after a chunk's data, perhaps split across reads: (pos, state)."""
+        want = b"\r\n"[2 - self._left :]
+        got = data[pos : pos + len(want)]
+        if not want.startswith(got):
+            raise ProtocolError("chunk data not followed by CRLF")
+        self._left -= len(got)
+        return pos + len(got), _CRLF if self._left else _SIZE
+
+    def _trailer(self, data: bytes, pos: int) -> int:
+        """One trailer line from `pos` (a CRLF that ends the previous line): where the next
+        starts, or -1 to stop (the line is incomplete, or the body ended: `done`)."""
+        eol = data.find(b"\r\n", pos + 2)
+        if eol < 0:
+            self._line = data[pos:]
+            if len(self._line) > MAX_TRAILERS:
+                raise ProtocolError("trailers too large")
+            return -1
+        self._trailers += eol - pos
+        if self._trailers > MAX_TRAILERS:
+            raise ProtocolError("trailers too large")
+        if eol == pos + 2:  # an empty line: the end of the body
+            self.done, self.tail = True, data[eol + 2 :]
+            return -1
+        return eol
 
     def _bulk(self, data: bytes, out: list[bytes]) -> bytes:
         """The common case at a chunk boundary, with no per-chunk Python: split at every
