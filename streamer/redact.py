@@ -34,6 +34,7 @@ from streamer.core.deltas import (
     UpstreamError,
 )
 from streamer.core.errors import RequestError
+from streamer.upstream.batch import Batch
 
 REDACTED = "[redacted]"
 _MIN_SECRET = 4  # shorter strings would mangle ordinary text and protect nothing
@@ -295,6 +296,8 @@ class _RedactingStream:
         self._scrubber: StreamScrubber[str] = StreamScrubber(secrets)
         self._channel: Delta | None = None  # the last output delta: its kind and tool index
         self._ended = False
+        first = inner.first
+        self.first = None if first is None else self._scrubbed(first)
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.inner, name)
@@ -302,11 +305,7 @@ class _RedactingStream:
     def __aiter__(self) -> _RedactingStream:
         return self
 
-    @property
-    def exhausted(self) -> bool:
-        return not self._scrubber.held and self.inner.exhausted
-
-    async def __anext__(self) -> list[Delta]:
+    async def __anext__(self) -> Batch:
         if self._ended:
             raise StopAsyncIteration
         try:
@@ -317,9 +316,19 @@ class _RedactingStream:
             self._ended = True
             rest = self._flush()
             if rest:
-                return rest
+                return Batch(rest, end=True)
             raise
-        return self._scrub_batch(batch)
+        return self._scrubbed(batch)
+
+    def _scrubbed(self, batch: Batch) -> Batch:
+        """The batch scrubbed; the last one also carries the tail held back (nothing follows)."""
+        out = self._scrub_batch(batch)
+        if batch.end:
+            self._ended = True
+            out = out + self._flush()
+        elif out is batch:
+            return batch
+        return Batch(out, end=batch.end)
 
     def _scrub_batch(self, batch: list[Delta]) -> list[Delta]:
         """The batch as it is while every delta continues the current channel and passes

@@ -25,7 +25,7 @@ from sdk_models import validate_response
 from test_faults import _sdk_view, check_error_body, check_events, client_session, parse_sse
 from test_shutdown import GatewayProcess, gateway_process
 
-import streamer.upstream.chat.client as chat_module
+import streamer.upstream.chat.decoder as chat_module
 from streamer.core.sse import SSEDecoder
 
 MiB = 1 << 20
