@@ -42,7 +42,7 @@ def split_everywhere(path: Path, out: Path) -> bytes:
             for i in range(len(body)):
                 recorder.backend_chunk(body[i : i + 1])
             body = b""
-        recorder._line(line.pop("kind"), **{k: v for k, v in line.items() if k != "t"})  # noqa: SLF001
+        recorder._line(line.pop("kind"), **{k: v for k, v in line.items() if k != "t"})
     recorder.close()
     return out.read_bytes()
 
