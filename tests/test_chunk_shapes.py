@@ -54,7 +54,7 @@ def test_argument_shape_keeps_the_call_index() -> None:
         ToolCallDelta(2, None, None, '{"a":'),
         ToolCallDelta(2, None, None, ' "x"}'),
     ]
-    assert decoder._args.head and decoder._args.index == 2
+    assert decoder._args.head and decoder._args.call == 2
 
 
 def test_a_spaced_encoder_and_a_deeper_content_key() -> None:

@@ -122,7 +122,7 @@ class ChatChunkDecoder:
             return []
         out = self._decode_object(obj, event)
         if len(out) == 1 and self._lessons and event is None and message_data.__class__ is bytes:
-            self._learn(message_data, obj, out[0])  # type: ignore[arg-type]
+            self._learn(message_data, obj, out[0])
         return out
 
     def _not_json(self, message_data: str | bytes) -> list[Delta]:
@@ -181,7 +181,7 @@ class ChatChunkDecoder:
         elif delta.id is None and delta.name is None:  # type: ignore[union-attr]
             calls = message["tool_calls"]
             function = calls[0].get("function") if len(calls) == 1 else None
-            if function.__class__ is dict and function.get("arguments").__class__ is str:  # type: ignore[union-attr]
+            if isinstance(function, dict) and function.get("arguments").__class__ is str:
                 self._lessons -= 1
                 shape = learn_arguments(payload, obj, delta.index)  # type: ignore[union-attr]
                 self._args = shape or self._args
