@@ -136,13 +136,11 @@ class StreamScrubber(Generic[AnyStr]):
     __slots__ = ("_ends", "_fragments", "_redacted", "_secrets", "_shortest", "held")
 
     def __init__(self, secrets: tuple[AnyStr, ...], *, fragments: bool = False) -> None:
-        self._secrets = secrets
+        self._secrets: tuple[AnyStr, ...] = secrets
         self._shortest = min(map(len, secrets))
         self._ends = _prefixes_by_last(secrets)
         self._fragments = fragments
-        self._redacted: AnyStr = (
-            REDACTED.encode() if isinstance(secrets[0], bytes) else REDACTED  # type: ignore[assignment]
-        )
+        self._redacted: AnyStr = REDACTED.encode() if isinstance(secrets[0], bytes) else REDACTED
         self.held: AnyStr = secrets[0][:0]
 
     def passes(self, piece: AnyStr) -> bool:
@@ -395,9 +393,11 @@ class _RedactingStream:
         rest = self._scrubber.flush()
         if not rest or channel is None:
             return []
-        if channel.__class__ is ToolCallDelta:
-            return [ToolCallDelta(channel.index, None, None, rest)]  # type: ignore[union-attr]
-        return [channel.__class__(rest)]  # type: ignore[call-arg]
+        if isinstance(channel, ToolCallDelta):
+            return [ToolCallDelta(channel.index, None, None, rest)]
+        if isinstance(channel, TextDelta | ReasoningDelta | RefusalDelta):
+            return [channel.__class__(rest)]
+        return []  # only output channels are ever current
 
     async def aclose(self) -> None:
         if self._recording is not None:
