@@ -14,13 +14,11 @@ and items (`OutputLimits`) and `stream_events` acts on them, and on the turn's d
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from collections.abc import AsyncGenerator, AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from streamer.core.deltas import Delta
 from streamer.core.errors import RequestError, invalid
 from streamer.core.events import Event
 from streamer.core.lowering import LoweringOptions, lower, normalize_input
@@ -28,23 +26,19 @@ from streamer.core.output import OutputItemStreamer
 from streamer.core.output_items import OutputLimits
 from streamer.core.response import new_response
 from streamer.core.tools import NamingConfig, ResponsesToolNames
+from streamer.upstream.batch import Batch
 
 log = logging.getLogger("streamer.pipeline")
 
 
 class UpstreamStream(Protocol):
-    def __aiter__(self) -> AsyncIterator[list[Delta]]: ...
+    """An opened backend answer (see streamer/upstream/batch.py): `first`, the batch that came
+    with its head (None when nothing did), then the batches iterated, the last one `end`."""
+
+    first: Batch | None
+
+    def __aiter__(self) -> AsyncIterator[Batch]: ...
     async def aclose(self) -> None: ...
-
-    @property
-    def ready(self) -> bool:
-        """Deltas can be had without waiting (the backend's first bytes came with its head)."""
-        ...
-
-    @property
-    def exhausted(self) -> bool:
-        """No more deltas will come (the backend's end has been read whole)."""
-        ...
 
 
 class Upstream(Protocol):
@@ -377,10 +371,9 @@ async def stream_events(
     unsent = streamer.start()  # events made but not yet yielded: a failure sends them first
     try:
         next_batch = aiter(stream).__anext__
-        if stream.ready:  # the first deltas are there already: they leave with `created`
-            with contextlib.suppress(StopAsyncIteration):
-                unsent += streamer.feed(await _next(next_batch, clock))
-            unsent += _settle(turn, stream)
+        batch = stream.first
+        if batch is not None:  # the first deltas came with the head: they leave with `created`
+            unsent += streamer.feed(batch) + _settle(turn, batch.end)
         first, unsent = unsent, []
         yield first
         if streamer.done:
@@ -390,7 +383,7 @@ async def stream_events(
                 raise TurnTimeout
             clock.waiting = True
             try:
-                deltas = await next_batch()
+                batch = await next_batch()
             except StopAsyncIteration:
                 clock.waiting = False
                 break
@@ -399,33 +392,17 @@ async def stream_events(
                     raise TurnTimeout from None
                 raise
             clock.waiting = False
-            events = streamer.feed(deltas)
-            if streamer.exceeded or stream.exhausted:  # the terminal event leaves in this write
-                events += _settle(turn, stream)
+            events = streamer.feed(batch) + _settle(turn, batch.end)  # the end rides along
             if events:
                 yield events
             if streamer.done:
                 return
-        yield _settle(turn, stream) or streamer.finish()
+        yield _settle(turn, True)
     except Exception as exc:
         yield unsent + _failed(turn, exc, clock)
     finally:
         clock.close()
         await stream.aclose()  # cuts the backend unless its answer was read whole
-
-
-async def _next(next_batch: Callable[[], Any], clock: TurnClock) -> list[Delta]:
-    """One batch of deltas within the turn's deadline."""
-    clock.waiting = True
-    try:
-        deltas: list[Delta] = await next_batch()
-    except BaseException as exc:
-        if clock.timed_out(exc):
-            raise TurnTimeout from None
-        raise
-    if clock.timed_out(None):
-        raise TurnTimeout
-    return deltas
 
 
 def _failed(turn: Turn, exc: Exception, clock: TurnClock) -> list[Event]:
@@ -440,11 +417,11 @@ def _failed(turn: Turn, exc: Exception, clock: TurnClock) -> list[Event]:
     return streamer.fail("server_error", "The gateway failed while streaming the response.")
 
 
-def _settle(turn: Turn, stream: UpstreamStream) -> list[Event]:
-    """The terminal events once the streamer is past a limit or the backend is done."""
+def _settle(turn: Turn, end: bool) -> list[Event]:
+    """The terminal events once the streamer is past a limit or the backend is done (`end`)."""
     if turn.streamer.exceeded:
         return _limit_hit(turn)
-    if stream.exhausted:
+    if end:
         return turn.streamer.finish()
     return []
 

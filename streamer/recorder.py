@@ -4,10 +4,16 @@ One file per response: the client's request, the lowered backend request, every 
 chunk the backend sent, and every event sent to the client, each line with a timestamp
 (`t`, seconds since the exchange began) and a `kind`. No headers are recorded, so API
 keys and `Authorization` values cannot end up here.
+
+Backend chunks are recorded exactly: `data` is the read as text when it is valid UTF-8,
+else its base64 with `"encoding": "base64"` (a read may end inside a character; decoding it
+leniently would record U+FFFD, and a replay would then differ from what happened).
 """
 
 from __future__ import annotations
 
+import base64
+import binascii
 import os
 import time
 from pathlib import Path
@@ -43,7 +49,10 @@ class ExchangeRecorder:
         self._line("backend_request", body=body)
 
     def backend_chunk(self, data: bytes) -> None:
-        self._line("backend_chunk", data=data.decode("utf-8", "replace"))
+        try:
+            self._line("backend_chunk", data=data.decode())
+        except UnicodeDecodeError:  # cut inside a character, or not text at all
+            self._line("backend_chunk", encoding="base64", data=base64.b64encode(data).decode())
 
     def client_events(self, events: list[Event]) -> None:
         for event in events:
@@ -56,6 +65,20 @@ class ExchangeRecorder:
         if self._file is not None:
             self._file.close()
             self._file = None
+
+
+def chunk_bytes(line: dict[str, Any]) -> bytes:
+    """The bytes of a `backend_chunk` line, as the backend sent them (older recordings: the
+    text they hold, which was decoded leniently)."""
+    data = line.get("data", "")
+    if not isinstance(data, str):
+        raise ValueError("a backend_chunk line without a data string")
+    if line.get("encoding") == "base64":
+        try:
+            return base64.b64decode(data, validate=True)
+        except binascii.Error:
+            raise ValueError("a backend_chunk line whose base64 is broken") from None
+    return data.encode()
 
 
 class TapDirectory:

@@ -34,6 +34,7 @@ from streamer.core.deltas import (
     UpstreamError,
 )
 from streamer.core.errors import RequestError
+from streamer.upstream.batch import Batch
 
 REDACTED = "[redacted]"
 _MIN_SECRET = 4  # shorter strings would mangle ordinary text and protect nothing
@@ -135,13 +136,11 @@ class StreamScrubber(Generic[AnyStr]):
     __slots__ = ("_ends", "_fragments", "_redacted", "_secrets", "_shortest", "held")
 
     def __init__(self, secrets: tuple[AnyStr, ...], *, fragments: bool = False) -> None:
-        self._secrets = secrets
+        self._secrets: tuple[AnyStr, ...] = secrets
         self._shortest = min(map(len, secrets))
         self._ends = _prefixes_by_last(secrets)
         self._fragments = fragments
-        self._redacted: AnyStr = (
-            REDACTED.encode() if isinstance(secrets[0], bytes) else REDACTED  # type: ignore[assignment]
-        )
+        self._redacted: AnyStr = REDACTED.encode() if isinstance(secrets[0], bytes) else REDACTED
         self.held: AnyStr = secrets[0][:0]
 
     def passes(self, piece: AnyStr) -> bool:
@@ -295,6 +294,8 @@ class _RedactingStream:
         self._scrubber: StreamScrubber[str] = StreamScrubber(secrets)
         self._channel: Delta | None = None  # the last output delta: its kind and tool index
         self._ended = False
+        first = inner.first
+        self.first = None if first is None else self._scrubbed(first)
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.inner, name)
@@ -302,11 +303,7 @@ class _RedactingStream:
     def __aiter__(self) -> _RedactingStream:
         return self
 
-    @property
-    def exhausted(self) -> bool:
-        return not self._scrubber.held and self.inner.exhausted
-
-    async def __anext__(self) -> list[Delta]:
+    async def __anext__(self) -> Batch:
         if self._ended:
             raise StopAsyncIteration
         try:
@@ -317,9 +314,19 @@ class _RedactingStream:
             self._ended = True
             rest = self._flush()
             if rest:
-                return rest
+                return Batch(rest, end=True)
             raise
-        return self._scrub_batch(batch)
+        return self._scrubbed(batch)
+
+    def _scrubbed(self, batch: Batch) -> Batch:
+        """The batch scrubbed; the last one also carries the tail held back (nothing follows)."""
+        out = self._scrub_batch(batch)
+        if batch.end:
+            self._ended = True
+            out = out + self._flush()
+        elif out is batch:
+            return batch
+        return Batch(out, end=batch.end)
 
     def _scrub_batch(self, batch: list[Delta]) -> list[Delta]:
         """The batch as it is while every delta continues the current channel and passes
@@ -386,9 +393,11 @@ class _RedactingStream:
         rest = self._scrubber.flush()
         if not rest or channel is None:
             return []
-        if channel.__class__ is ToolCallDelta:
-            return [ToolCallDelta(channel.index, None, None, rest)]  # type: ignore[union-attr]
-        return [channel.__class__(rest)]  # type: ignore[call-arg]
+        if isinstance(channel, ToolCallDelta):
+            return [ToolCallDelta(channel.index, None, None, rest)]
+        if isinstance(channel, TextDelta | ReasoningDelta | RefusalDelta):
+            return [channel.__class__(rest)]
+        return []  # only output channels are ever current
 
     async def aclose(self) -> None:
         if self._recording is not None:

@@ -54,7 +54,7 @@ def test_argument_shape_keeps_the_call_index() -> None:
         ToolCallDelta(2, None, None, '{"a":'),
         ToolCallDelta(2, None, None, ' "x"}'),
     ]
-    assert decoder._args.head and decoder._args.index == 2
+    assert decoder._args.head and decoder._args.call == 2
 
 
 def test_a_spaced_encoder_and_a_deeper_content_key() -> None:
@@ -115,3 +115,72 @@ def slow_until_error(payloads: list[bytes]) -> list[Any]:
         if type(delta).__name__ == "UpstreamError":
             return out[: position + 1]
     return out
+
+
+def general(payloads: list[bytes]) -> list[Any]:
+    """The plain path: a decoder that never learns a shape, so every payload is parsed whole."""
+    decoder = ChatChunkDecoder()
+    decoder._lessons = 0
+    out: list[Any] = []
+    for payload in payloads:
+        out += decoder.feed(payload)
+        if out and type(out[-1]).__name__ == "UpstreamError":
+            break
+    return out
+
+
+# Chunks that look per-token but are not always: extra fields in the delta or the chunk,
+# a second choice, a call with an id or a name, a finish reason, a non-zero choice index.
+deltas = st.one_of(
+    st.builds(lambda t: {"content": t}, texts),
+    st.builds(lambda t: {"role": "assistant", "content": t}, texts),
+    st.builds(
+        lambda t, r: {"content": t, "reasoning_content": r}, texts, st.sampled_from(["", "r"])
+    ),
+    st.builds(
+        lambda f, i: {"tool_calls": [{"index": i, "function": {"arguments": f}}]},
+        texts,
+        st.integers(0, 2),
+    ),
+    st.builds(
+        lambda f: {"tool_calls": [{"index": 0, "id": "c", "function": {"arguments": f}}]}, texts
+    ),
+    st.builds(
+        lambda f: {"tool_calls": [{"function": {"arguments": f}}, {"function": {"arguments": f}}]},
+        texts,
+    ),
+)
+
+
+def _choices(
+    delta: dict[str, Any], reason: str | None, index: Any, other: int, text: str
+) -> list[Any]:
+    """One choice, or two: another one (index 1, its own text) after ours (other 1) or
+    before it (other 2)."""
+    ours = {"index": index, "delta": delta, "finish_reason": reason}
+    theirs = {"index": 1, "delta": {"content": text}, "finish_reason": None}
+    return [[ours], [ours, theirs], [theirs, ours]][other]
+
+
+choices = st.builds(
+    _choices,
+    deltas,
+    st.sampled_from([None, None, None, "stop"]),
+    st.sampled_from([0, 0, 0, None, 1]),
+    st.sampled_from([0, 0, 1, 2]),
+    st.sampled_from(["a", "b"]),
+)
+chunks = st.builds(
+    lambda c, e: orjson.dumps({"id": "x", "object": "chat.completion.chunk", "choices": c, **e}),
+    choices,
+    extras,
+)
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.lists(chunks, max_size=24), st.randoms(use_true_random=False))
+def test_learnt_shapes_decode_what_the_plain_path_decodes(batch: list[bytes], rnd: Any) -> None:
+    """The stream repeats its chunks (as a backend does), in any order: whatever shapes the
+    decoder learns, `decode` gives exactly what the plain path gives."""
+    stream = batch + [rnd.choice(batch) for _ in range(len(batch))] if batch else []
+    assert ChatChunkDecoder().decode(stream) == general(stream)

@@ -8,27 +8,26 @@ from typing import Any
 
 from streamer.core.deltas import Delta, Finish, TextDelta
 from streamer.pipeline import TurnOptions, prepare, stream_events
+from streamer.upstream.batch import Batch
 
 
 class ListStream:
-    """An upstream stream over given batches; `ready` as a backend's head arrives with or
-    without its first body bytes; `exhausted` once the last batch is taken, if the end of
-    the body came with it (`end_with_last`)."""
+    """An upstream stream over given batches; `ready`: the first one came with the backend's
+    head (`first`); `end_with_last`: the last batch says it is the end (the end of the body
+    came with it), else the stream just stops after it."""
 
     def __init__(self, batches: list[list[Delta]], ready: bool, end_with_last: bool) -> None:
-        self.batches = batches
-        self.ready = ready
-        self.end_with_last = end_with_last
+        self.batches = [
+            Batch(b, end=end_with_last and i == len(batches) - 1) for i, b in enumerate(batches)
+        ]
+        # ready with nothing to say: the head's bytes completed no delta, nor the end
+        self.first = (self.batches.pop(0) if self.batches else Batch()) if ready else None
         self.closed = False
-
-    @property
-    def exhausted(self) -> bool:
-        return self.end_with_last and not self.batches
 
     def __aiter__(self) -> ListStream:
         return self
 
-    async def __anext__(self) -> list[Delta]:
+    async def __anext__(self) -> Batch:
         if not self.batches:
             raise StopAsyncIteration
         return self.batches.pop(0)
@@ -102,7 +101,12 @@ class BrokenStream(ListStream):
 
 async def test_a_failure_in_the_first_read_still_sends_created_first() -> None:
     turn = prepare({"model": "m", "input": "hi"}, TurnOptions())
-    stream = BrokenStream([], ready=True, end_with_last=False)
+    stream = BrokenStream([], ready=False, end_with_last=False)
     out = [[e.type for e in b] async for b in stream_events(turn, ListUpstream(stream))]
-    assert out == [["response.created", "response.in_progress", "response.failed"]]
+    # the first batch is a value now (`first`): a read that fails is never part of the first write
+    assert [t for b in out for t in b] == [
+        "response.created",
+        "response.in_progress",
+        "response.failed",
+    ]
     assert stream.closed

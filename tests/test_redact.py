@@ -22,6 +22,7 @@ from streamer.core.deltas import (
 )
 from streamer.redact import REDACTED, StreamScrubber, _RedactingStream, scrub_message, secrets_of
 from streamer.store import MemoryStore, StoredResponse
+from streamer.upstream.batch import Batch
 from streamer.upstream.chat.decoder import http_error, rate_limit_headers
 
 KEY = "sk-test-KEY-0123456789"
@@ -75,15 +76,17 @@ def test_http_error_scrubs_the_key_before_cutting() -> None:
 
 
 class FakeStream:
+    """Batches as an upstream hands them over: nothing with the head, the last one `end`."""
+
+    first = None
+
     def __init__(self, batches: list[list[Delta]]) -> None:
         self.batches = batches
-        self.exhausted = False
 
-    async def __anext__(self) -> list[Delta]:
+    async def __anext__(self) -> Batch:
         if not self.batches:
-            self.exhausted = True
             raise StopAsyncIteration
-        return self.batches.pop(0)
+        return Batch(self.batches.pop(0), end=not self.batches)
 
     async def aclose(self) -> None:
         pass
@@ -92,9 +95,11 @@ class FakeStream:
 async def run(batches: list[list[Delta]]) -> list[Delta]:
     stream = _RedactingStream(FakeStream(batches), SECRETS)
     out: list[Delta] = []
+    last = None
     async for batch in stream:
         out += batch
-    assert stream.exhausted
+        last = batch
+    assert last is None or last.end  # the end, and the tail held back, came in the last batch
     return out
 
 

@@ -62,7 +62,7 @@ async def test_recorded_exchange_is_clean_and_replays_the_same(
     status, output = await tap(path)  # the gateway's own stream passes the grammar check
     assert status == 0, output
     recording = Recording.load(str(path))
-    replayed = [orjson.loads(e.data) for e in replay(recording)]
+    replayed = [orjson.loads(e.data) for e in await replay(recording)]
     assert normalised(replayed) == normalised(recording.events)
 
     args = build_parser().parse_args(["replay", str(path), "--compare", "--color", "never"])

@@ -28,6 +28,7 @@ from streamer.core.response import new_response
 from streamer.core.tools import ResponsesToolNames
 from streamer.gateway import turn_options
 from streamer.pipeline import TurnOptions, prepare, stream_events
+from streamer.upstream.batch import Batch
 from streamer.upstream.body_budget import ByteBudget
 
 
@@ -196,21 +197,20 @@ def test_byte_budget_takes_gives_and_refuses() -> None:
 class StalledStream:
     """A backend that sent its head and then nothing, ever (an Event nobody sets)."""
 
-    ready = False
-    exhausted = False
+    first = None  # nothing came with the head
 
-    def __init__(self, first: list[Delta]) -> None:
-        self.first = first
+    def __init__(self, partial: list[Delta]) -> None:
+        self.partial = partial
         self.stall = asyncio.Event()
         self.closed = False
 
     def __aiter__(self) -> StalledStream:
         return self
 
-    async def __anext__(self) -> list[Delta]:
-        if self.first:
-            batch, self.first = self.first, []
-            return batch
+    async def __anext__(self) -> Batch:
+        if self.partial:
+            batch, self.partial = self.partial, []
+            return Batch(batch)
         await self.stall.wait()
         raise StopAsyncIteration
 
@@ -246,7 +246,7 @@ async def test_a_cancellation_from_outside_stays_a_cancellation() -> None:
     stream = StalledStream([TextDelta("partial")])
     task = asyncio.ensure_future(collect_types(stream_events(turn, StalledUpstream(stream))))
     for _ in range(1000):  # a bounded wait until the first batch is taken
-        if not stream.first or task.done():
+        if not stream.partial or task.done():
             break
         await asyncio.wait({task}, timeout=0.01)
     assert not task.done()

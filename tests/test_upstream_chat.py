@@ -57,10 +57,20 @@ async def upstream(backend: ScriptedBackend) -> AsyncIterator[ChatUpstream]:
     await up.close()
 
 
+async def batches(stream: ChatStream) -> list[list[Delta]]:
+    """Every batch of the stream: `first` (if its first bytes came with the head), then the rest."""
+    return [*([stream.first] if stream.first is not None else []), *[b async for b in stream]]
+
+
+async def first_batch(stream: ChatStream) -> list[Delta]:
+    """The stream's first batch, whether it came with the head or is read now."""
+    return stream.first if stream.first is not None else await anext(stream)
+
+
 async def run(up: ChatUpstream, request: dict[str, Any] | None = None) -> list[list[Delta]]:
     stream = await up.open(request or REQUEST)
     try:
-        return [batch async for batch in stream]
+        return await batches(stream)
     finally:
         await stream.aclose()
 
@@ -305,7 +315,7 @@ async def test_aclose_disconnects_the_backend_at_once(
 ) -> None:
     backend.script([*text_chunks(["a"]), HANG])
     stream = await upstream.open(REQUEST)
-    assert await anext(stream) == [TextDelta("a")]
+    assert await first_batch(stream) == [TextDelta("a")]
     await stream.aclose()
     await backend.records[0].wait_disconnect(timeout=5)
     assert backend.disconnects == 1 and not backend.records[0].completed
@@ -321,6 +331,8 @@ async def test_cancelling_the_reader_disconnects_the_backend(
     first = asyncio.Event()
 
     async def consume() -> None:
+        if stream.first is not None:  # "a" came with the head
+            first.set()
         async for _ in stream:
             first.set()
 
@@ -340,8 +352,8 @@ async def test_non_streaming_json_answer_is_decoded(
     )
     backend.script([Status(200, body)])
     stream = await upstream.open(REQUEST)
-    assert not stream.streaming
-    assert flat([b async for b in stream]) == [
+    assert stream.first is not None and stream.first.end  # a whole answer: one last batch
+    assert flat(await batches(stream)) == [
         TextDelta("Sure."),
         ToolCallDelta(0, "call_9", "crm__lookup", '{"id":7}'),
         Finish("tool_calls"),
@@ -428,7 +440,7 @@ async def test_stream_is_an_async_context_manager(
     backend.script([*text_chunks(["a"]), HANG])
     async with await upstream.open(REQUEST) as stream:
         assert isinstance(stream, ChatStream)
-        assert await anext(stream) == [TextDelta("a")]
+        assert await first_batch(stream) == [TextDelta("a")]
     await backend.records[0].wait_disconnect(timeout=5)
 
 
@@ -479,14 +491,14 @@ async def test_on_raw_sees_every_body_byte(
     backend.script(script, [Status(200, completion("whole"))])
     seen: list[bytes] = []
     stream = await upstream.open(REQUEST, on_raw=seen.append)
-    assert flat([b async for b in stream]) == [TextDelta("a"), TextDelta("b"), Finish("stop")]
+    assert flat(await batches(stream)) == [TextDelta("a"), TextDelta("b"), Finish("stop")]
     sent = b"".join(
         s if isinstance(s, bytes) else b"data: " + orjson.dumps(s) + b"\n\n" for s in script
     )
     assert b"".join(seen) == sent
     seen.clear()
     stream = await upstream.open(REQUEST, on_raw=seen.append)
-    assert [b async for b in stream]
+    assert await batches(stream)
     assert orjson.loads(b"".join(seen)) == completion("whole")
 
 

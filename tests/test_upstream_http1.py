@@ -688,7 +688,10 @@ async def test_chat_stream_over_a_content_length_body_and_garbage_as_502() -> No
     up = ChatUpstream(server.url, api_key="sk-test")
     try:
         stream = await up.open({"model": "m", "messages": []})
-        assert [d async for batch in stream for d in batch] == [TextDelta("hi"), Finish("stop")]
+        assert [*(stream.first or []), *[d async for batch in stream for d in batch]] == [
+            TextDelta("hi"),
+            Finish("stop"),
+        ]
         await stream.aclose()
         assert up.pool.idle_count == 1  # read to its end: kept
         assert b"\r\nAuthorization: Bearer sk-test\r\n" in server.heads[0]
@@ -772,7 +775,9 @@ async def test_chat_upstream_pools_per_client() -> None:
     try:
         for client in ("k1", "k2", "k1", "k2"):
             stream = await up.open({"model": "m", "messages": []}, client=client)
-            assert [d async for batch in stream for d in batch] == [Finish("stop")]
+            assert [*(stream.first or []), *[d async for batch in stream for d in batch]] == [
+                Finish("stop")
+            ]
             await stream.aclose()
         assert server.connections == 2 and len(up.pools) == 2
         assert up.pools.idle_count == 2

@@ -23,7 +23,6 @@ from typing import NamedTuple
 from streamer.core.events import Event
 
 _BOM = b"\xef\xbb\xbf"
-_message = tuple.__new__  # SSEMessage without the namedtuple's Python-level __new__
 _DATA_PAYLOAD = re.compile(rb"data: ([^\n]*)\n\n")  # the fast path's one event shape
 DEFAULT_MAX_SIZE = 16 * 1024 * 1024
 
@@ -68,9 +67,7 @@ class SSEDecoder:
     def feed(self, chunk: bytes) -> list[SSEMessage]:
         """The events completed by `chunk`."""
         return [
-            _message(SSEMessage, (None, m.decode("utf-8", "replace")))
-            if m.__class__ is bytes
-            else m
+            SSEMessage(None, m.decode("utf-8", "replace")) if isinstance(m, bytes) else m
             for m in self.payloads(chunk)
         ]
 
@@ -88,7 +85,7 @@ class SSEDecoder:
                         return self._feed_pending(raw, chunk)
                     raw = self._raw = bytearray(raw)  # once per line: grows in place now
                     self.copied += len(raw)
-                raw += chunk  # type: ignore[operator]
+                raw += chunk
                 if len(raw) > self.max_size:
                     raise SSEError(f"an event-stream line exceeded {self.max_size} bytes")
                 return []
@@ -122,8 +119,8 @@ class SSEDecoder:
     def _feed_pending(self, raw: bytes, chunk: bytes) -> list[bytes | SSEMessage]:
         """A raw tail holding whole lines: parse it now, so it pends as parser state."""
         self._raw = b""
-        out: list[bytes | SSEMessage] = self._feed_lines(raw)  # type: ignore[assignment]
-        return out + self._feed_lines(chunk)  # type: ignore[operator]
+        out: list[bytes | SSEMessage] = [*self._feed_lines(raw), *self._feed_lines(chunk)]
+        return out
 
     def _feed_lines(self, chunk: bytes) -> list[SSEMessage]:
         """The general path: every line end and field kind, state kept across chunks."""

@@ -40,6 +40,11 @@ CHAT_TYPES = {
 }
 
 
+def _dict(value: Any) -> dict[str, Any]:
+    """`value` if it is an object, else an empty one (events from a file may be anything)."""
+    return value if isinstance(value, dict) else {}
+
+
 def plural(n: int, word: str) -> str:
     return f"{n} {word}" if n == 1 else f"{n} {word}s"
 
@@ -129,7 +134,7 @@ class Renderer:
         if not isinstance(event, dict):
             return None
         if kind in ("response.output_item.added", "response.output_item.done"):
-            item = event.get("item") if isinstance(event.get("item"), dict) else {}
+            item = _dict(event.get("item"))
             ident = identity(
                 str(item.get("type")), item.get("name"), item.get("namespace"), self.names
             )
@@ -145,7 +150,7 @@ class Renderer:
                 self.summary.calls[label(ident)] += 1
             return run
         if kind in TERMINAL_TYPES:
-            response = event.get("response") if isinstance(event.get("response"), dict) else {}
+            response = _dict(event.get("response"))
             self.summary.terminal = response.get("status") or kind
             self.summary.usage = response.get("usage") or self.summary.usage
         run = self.items.get(id_key(event.get("item_id")))
@@ -154,10 +159,11 @@ class Renderer:
         family = "summary" if "summary_index" in event else "content"
         index = id_key(event.get(f"{family}_index"))
         if kind in PART_ADDED:
-            part = event.get("part") if isinstance(event.get("part"), dict) else {}
+            part = _dict(event.get("part"))
             run.part_types[(family, index)] = str(part.get("type", family))
         elif kind.endswith(".delta"):
-            text = event.get("delta") if isinstance(event.get("delta"), str) else ""
+            delta = event.get("delta")
+            text = delta if isinstance(delta, str) else ""
             target = run.args if index is None else run.parts.setdefault((family, index), [])
             target.append(text)
         return run
@@ -179,13 +185,13 @@ class Renderer:
             if item.get("name") and not item.get("namespace") and run.ident["namespace"]:
                 call = f"{item['name']} → {call}"  # a flat name, decoded through the tool map
             out.append(self.paint(call, "magenta") + f" {item.get('call_id')}")
-        for key, chunks in run.parts.items():
-            kind = run.part_types.get(key, key[0])
+        for where, chunks in run.parts.items():
+            kind = run.part_types.get(where, where[0])
             out.append(f"{kind} {quote(''.join(chunks))} ({plural(len(chunks), 'delta')})")
-        for key in ("content", "summary"):
-            parts = item.get(key)
+        for family in ("content", "summary"):
+            parts = item.get(family)
             for i, part in enumerate(parts if isinstance(parts, list) else []):
-                if (key, i) not in run.parts and part_text(part):
+                if (family, i) not in run.parts and part_text(part):
                     out.append(f"{part.get('type')} {quote(part_text(part) or '')}")
         field_name = "input" if item.get("type") == "custom_tool_call" else "arguments"
         text = item.get(field_name)
@@ -221,7 +227,8 @@ class Renderer:
                 text += self.paint(f"  {error.get('code')}: {error.get('message')}", "red")
             return text
         if kind == "error":
-            err = event.get("error") if isinstance(event.get("error"), dict) else event
+            error = event.get("error")
+            err = error if isinstance(error, dict) else _dict(event)
             return text + self.paint(f"  {err.get('code')}: {err.get('message')}", "red")
         if isinstance(event.get("item"), dict):
             item = event["item"]
@@ -273,7 +280,8 @@ class Renderer:
             }
         elif isinstance(delta, d.Finish | d.UpstreamError):
             s.terminal = delta.reason if isinstance(delta, d.Finish) else f"error {delta.code}"
-        fields = dataclasses.asdict(delta) if dataclasses.is_dataclass(delta) else {}
+        is_instance = dataclasses.is_dataclass(delta) and not isinstance(delta, type)
+        fields = dataclasses.asdict(delta) if is_instance else {}
         if self.mode == "json":
             self._json(position, t, kind, fields, ident, [])
         elif self.mode == "follow":

@@ -1,16 +1,19 @@
 """`streamer replay FILE`: a recorded backend stream through today's pipeline.
 
 A `serve --tap-dir` recording holds the client's request and the raw bytes the backend
-sent. Replaying feeds those bytes through the same SSE decoder, chunk decoder and
-`OutputItemStreamer` the gateway uses, then prints and checks the events, and with
-`--compare` diffs them against the events the gateway sent when it was recorded, so a
-recorded misbehaviour becomes a regression test.
+sent. Replaying runs the gateway's own path over them: `stream_events` with a `ChatStream`
+that reads the recorded reads (the same decoder, batches and end of stream), then prints
+and checks the events, and with `--compare` diffs them against the events the gateway sent
+when it was recorded, so a recorded misbehaviour becomes a regression test.
+
+A recording does not say how the body ended: it ends as a body read to its end does.
 """
 
 from __future__ import annotations
 
 import argparse
 import sys
+from collections import deque
 from collections.abc import Iterable
 from typing import Any, TextIO
 
@@ -18,13 +21,14 @@ import orjson
 
 from streamer.core.errors import RequestError
 from streamer.core.events import Event
-from streamer.core.sse import SSEDecoder
 from streamer.core.tools import NamingConfig
-from streamer.pipeline import TurnOptions, prepare
+from streamer.pipeline import TurnOptions, prepare, stream_events
+from streamer.recorder import chunk_bytes
 from streamer.tap.command import EXIT_CLEAN, EXIT_UNREADABLE, EXIT_VIOLATIONS, use_color
 from streamer.tap.grammar import GrammarChecker
 from streamer.tap.render import Renderer
-from streamer.upstream.chat.decoder import ChatChunkDecoder
+from streamer.upstream.chat.client import ChatStream
+from streamer.upstream.chat.decoder import decode_body
 
 
 class Recording:
@@ -39,7 +43,7 @@ class Recording:
             if kind == "client_request" and self.request is None:
                 self.request = line.get("body")
             elif kind == "backend_chunk":
-                self.chunks.append(str(line.get("data", "")).encode())
+                self.chunks.append(chunk_bytes(line))
             elif kind == "client_event":
                 self.events.append(line["event"])
 
@@ -49,26 +53,50 @@ class Recording:
             return cls(orjson.loads(raw) for raw in f if raw.strip())
 
 
-def replay(recording: Recording, options: TurnOptions | None = None) -> list[Event]:
+class _RecordedBody:
+    """The recorded reads as a response body that has them all (no read waits)."""
+
+    def __init__(self, chunks: list[bytes]) -> None:
+        self._chunks = deque(chunks)
+
+    @property
+    def buffered(self) -> bool:
+        return bool(self._chunks)
+
+    @property
+    def complete(self) -> bool:
+        return not self._chunks
+
+    async def read(self) -> bytes:
+        return self._chunks.popleft() if self._chunks else b""
+
+    def release(self) -> None:
+        self._chunks.clear()
+
+    abort = release
+
+
+class _RecordedUpstream:
+    """An upstream that answers with a recording's backend bytes."""
+
+    def __init__(self, chunks: list[bytes]) -> None:
+        self.chunks = chunks
+
+    async def open(self, chat_request: dict[str, Any], **_: Any) -> ChatStream:
+        body = b"".join(self.chunks)
+        if body.lstrip()[:1] in (b"{", b"["):  # a whole JSON answer, recorded as one read
+            return ChatStream.answered(decode_body(body))
+        return await ChatStream.reading(_RecordedBody(self.chunks))  # type: ignore[arg-type]
+
+
+async def replay(recording: Recording, options: TurnOptions | None = None) -> list[Event]:
     """The events today's pipeline makes from the recorded request and backend bytes."""
     if recording.request is None:
         raise ValueError("the recording has no client_request line")
     turn = prepare(dict(recording.request), options or TurnOptions())
-    streamer = turn.streamer
-    sse, chat = SSEDecoder(), ChatChunkDecoder()
-    events = streamer.start()
-    for raw in recording.chunks:  # one batch per recorded network read, as when it was live
-        deltas = [d for message in sse.feed(raw) for d in chat.feed(message.data, message.event)]
-        events += streamer.feed(deltas)
-    for message in sse.close():
-        events += streamer.feed(chat.feed(message.data, message.event))
-    if not streamer.done:
-        if chat.done or chat.finished:
-            events += streamer.finish()
-        else:  # what the upstream client reports for a stream cut short
-            events += streamer.fail(
-                "server_error", "The backend closed the stream before it finished."
-            )
+    events: list[Event] = []
+    async for batch in stream_events(turn, _RecordedUpstream(recording.chunks)):
+        events += batch
     return events
 
 
@@ -120,7 +148,7 @@ async def run_replay(args: argparse.Namespace, out: TextIO | None = None) -> int
                 style=args.tool_name_style, max_name_length=args.max_tool_name_length
             )
         )
-        events = [orjson.loads(e.data) for e in replay(recording, options)]
+        events = [orjson.loads(e.data) for e in await replay(recording, options)]
     except (OSError, ValueError, RequestError, orjson.JSONDecodeError) as exc:
         print(f"streamer replay: {args.file}: {exc}", file=sys.stderr)
         return EXIT_UNREADABLE

@@ -1,7 +1,8 @@
-"""Backend clients; each turns one upstream protocol into the deltas of `streamer.deltas`.
+"""Backend clients; each turns one upstream protocol into the deltas of `streamer.core.deltas`.
 
-- `chat_decode`: Chat Completions payloads -> deltas (pure).
-- `chat`: the pooled HTTP/1.1 client, `ChatUpstream` and its `ChatStream`.
+- `batch`: `Batch`, what every upstream stream hands the pipeline per read (pure).
+- `chat.decoder`: Chat Completions bytes and payloads -> deltas (`ChatDecoder`, pure).
+- `chat.client`: the pooled HTTP/1.1 client, `ChatUpstream` and its `ChatStream` (I/O only).
 
-Nothing is imported here, so the pure decoder can be used without loading aiohttp.
+Nothing is imported here, so the pure decoder can be used without loading the client.
 """

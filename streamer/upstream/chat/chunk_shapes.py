@@ -25,7 +25,7 @@ _TRIES = 3  # occurrences of the key tried; a deeper `"content":` (logprobs) is 
 class Shape(NamedTuple):
     head: bytes  # the payload up to the string's opening quote
     tail: bytes  # the payload after its closing quote
-    index: int  # the tool call's index (argument fragments); 0 for text
+    call: int  # the tool call's index (argument fragments); 0 for text
     start: int  # len(head): where the string starts
     end: int  # -len(tail): where it ends, from the end
 

@@ -26,13 +26,18 @@ from urllib.parse import urlsplit
 
 import orjson
 
-from streamer.core.deltas import Delta, UpstreamError
+from streamer.core.deltas import Delta
 from streamer.core.errors import RequestError, server_error
-from streamer.core.sse import SSEDecoder, SSEError, SSEMessage
 from streamer.identity import client_identity
 from streamer.redact import secrets_of
+from streamer.upstream.batch import Batch
 from streamer.upstream.body_budget import ByteBudget
-from streamer.upstream.chat.decoder import INVALID_CHUNK, ChatChunkDecoder, decode_body, http_error
+from streamer.upstream.chat.decoder import (
+    ChatDecoder,
+    EndCause,
+    decode_body,
+    http_error,
+)
 from streamer.upstream.http1.connection import READ_SIZE, Response
 from streamer.upstream.http1.connection_limit import ConnectionLimit
 from streamer.upstream.http1.content_coding import (
@@ -43,7 +48,13 @@ from streamer.upstream.http1.content_coding import (
 )
 from streamer.upstream.http1.pool import ClientPools, ConnectionPool
 from streamer.upstream.http1.proxy import Proxy
-from streamer.upstream.http1.wire import ConnectError, HTTPClientError, ProtocolError, ReadTimeout
+from streamer.upstream.http1.wire import (
+    ConnectError,
+    HTTPClientError,
+    ProtocolError,
+    ReadTimeout,
+    ServerDisconnected,
+)
 
 ERROR_BODY_LIMIT = 1 << 20  # enough for any error message; a larger body is cut
 # A whole non-streamed completion: 4x the default --max-output-bytes (JSON escapes, and
@@ -51,9 +62,7 @@ ERROR_BODY_LIMIT = 1 << 20  # enough for any error message; a larger body is cut
 JSON_BODY_LIMIT = 64 << 20
 JSON_BUDGET_LIMIT = 256 << 20  # all whole-JSON answers being read at once (the default)
 TOO_LARGE = "upstream_response_too_large"
-INVALID_ENCODING = "invalid_upstream_encoding"  # a compressed stream that stops decoding
 _DRAIN_LIMIT = 1 << 16  # bytes read after [DONE] to reach EOF and keep the connection
-_FIRST_BATCH, _MAX_BATCH = 4, 256  # events decoded per batch: the first few, then up to 256
 _DRAIN_TIMEOUT = 0.1  # the end of the body follows [DONE] at once; never hold the caller longer
 # Shorter than the 5 s keep-alive of uvicorn (vLLM, SGLang) and llama.cpp, so a pooled
 # connection is dropped here before the server drops it under a request.
@@ -193,13 +202,11 @@ class ChatUpstream:
                 finally:
                     self.json_budget.give(len(raw))
                 resp.release()
-                return ChatStream(
-                    None, deltas=deltas, status=resp.status, headers=dict(resp.headers)
-                )
+                return ChatStream.answered(deltas)
+            return await ChatStream.reading(resp, idle_timeout=self.idle_timeout, on_raw=on_raw)
         except BaseException:
             resp.release()  # kept if the whole body is in, else cut
             raise
-        return ChatStream(resp, idle_timeout=self.idle_timeout, on_raw=on_raw)
 
     async def _read_json(self, resp: Response | DecodedResponse) -> bytearray:
         """A whole JSON body, its bytes taken from `json_budget` (the caller gives them back).
@@ -367,11 +374,14 @@ class ChatUpstream:
 
 
 class ChatStream:
-    """Async iterator of `list[Delta]`, one list per network read that completed something.
+    """A 2xx answer's deltas: `first`, the batch that came with the head (None if nothing
+    did), then, iterated, one `Batch` per network read that completed something.
 
-    It ends after `[DONE]` or at EOF. A failure mid-stream (the backend closing early,
-    an idle gap longer than `idle_timeout`, an error payload, malformed JSON) is yielded
-    as a last batch ending in `UpstreamError`, and the connection is dropped.
+    The decoding, the batch sizes and what the end of the body means are `ChatDecoder`'s;
+    this shell only reads, feeds, and lets go of the connection: kept once the body is read
+    whole, cut on a failure. A failure mid-stream (the backend closing early, an idle gap
+    longer than `idle_timeout`, an error payload, malformed JSON) is the last batch, ending
+    in `UpstreamError`.
     """
 
     def __init__(
@@ -379,106 +389,106 @@ class ChatStream:
         response: Response | DecodedResponse | None,
         *,
         idle_timeout: float = 300,
-        deltas: list[Delta] | None = None,
-        status: int | None = None,
-        headers: dict[str, str] | None = None,
         on_raw: Callable[[bytes], None] | None = None,
+        first: Batch | None = None,
     ) -> None:
         self._resp = response
         self._on_raw = on_raw
-        self._pending = deltas
-        self.idle_timeout = idle_timeout
-        self.streaming = response is not None  # False: the backend answered plain JSON
-        self.status = response.status if response is not None else (status or 200)
-        self.headers = dict(response.headers) if response is not None else (headers or {})
-        self._sse = SSEDecoder()
-        self._chat = ChatChunkDecoder()
-        self._ended = response is None
-        # Events of the last read not decoded yet. One read can hold a whole answer: its
-        # first few events go out at once, so the first text leaves before the rest is
-        # decoded (time to first byte), then the rest in as few batches (writes) as may be.
-        self._backlog: list[bytes | SSEMessage] = []
-        self._batch = _FIRST_BATCH
+        self._decoder = ChatDecoder(idle_timeout)
+        self.first = first
+
+    @classmethod
+    async def reading(
+        cls,
+        response: Response | DecodedResponse,
+        *,
+        idle_timeout: float = 300,
+        on_raw: Callable[[bytes], None] | None = None,
+    ) -> ChatStream:
+        """The stream of an event-stream answer, its first batch decoded if its first bytes
+        came with the head (that read does not wait)."""
+        stream = cls(response, idle_timeout=idle_timeout, on_raw=on_raw)
+        if response.buffered:
+            deltas = await stream._read(response)
+            decoder = stream._decoder
+            if deltas or (decoder.ended and not decoder.pending):
+                stream.first = stream._batch(deltas)
+        return stream
+
+    @classmethod
+    def answered(cls, deltas: list[Delta]) -> ChatStream:
+        """A whole (JSON) answer, decoded already: all of it is the first batch."""
+        return cls(None, first=Batch(deltas, end=True))
 
     def __aiter__(self) -> ChatStream:
         return self
 
-    @property
-    def ready(self) -> bool:
-        """Deltas can be had without waiting: the backend's first bytes came with its head."""
-        resp = self._resp
-        return bool(self._pending or self._backlog) or (resp is not None and resp.buffered)
-
-    @property
-    def exhausted(self) -> bool:
-        """No more deltas will come: `[DONE]` and the whole body after it have been read."""
-        resp = self._resp
-        return (
-            self._chat.done
-            and not self._backlog
-            and not self._pending
-            and (resp is None or resp.complete)
-        )
-
-    async def __anext__(self) -> list[Delta]:
-        if self._pending is not None:
-            batch, self._pending = self._pending, None
-            if batch:
-                return batch
-        while self._backlog:
-            batch = self._decode_backlog()
-            if batch:
-                return batch
-        resp = self._resp
-        if self._ended or resp is None:
-            if resp is not None:
-                await self._drain()
-            raise StopAsyncIteration
+    async def __anext__(self) -> Batch:
+        decoder = self._decoder
         while True:
-            try:
-                chunk = await resp.read()
-            except asyncio.CancelledError:
-                self._abort()
-                raise
-            except TimeoutError:
-                if self._chat.finished:  # complete but for [DONE]: end as a backend EOF would
-                    self._abort()
-                    raise StopAsyncIteration from None
-                return self._fail(
-                    [], "upstream_timeout", f"The backend sent nothing for {self.idle_timeout:g} s."
-                )
-            except ContentCodingError as exc:  # before HTTPClientError: it is one
-                if self._chat.finished:  # only the end of the compressed epilogue is lost
-                    self._abort()
-                    raise StopAsyncIteration from None
-                return self._fail([], INVALID_ENCODING, f"The backend's answer broke off: {exc}.")
-            except (HTTPClientError, OSError) as exc:
-                if self._chat.finished:  # the answer was complete; only the epilogue is lost
-                    self._abort()
-                    raise StopAsyncIteration from None
-                if isinstance(exc, ProtocolError):
-                    message = f"The backend sent an invalid HTTP answer: {exc}."
-                    return self._fail([], "upstream_error", message)
-                return self._fail(
-                    [], "server_error", "The backend closed the stream before it finished."
-                )
-            if not chunk:
-                return self._eof()
-            if self._on_raw is not None:
-                self._on_raw(chunk)
-            batch = self._decode(chunk, eof=False)
-            while not batch and self._backlog:
-                batch = self._decode_backlog()
-            if batch:
-                return batch
+            resp = self._resp
+            if decoder.pending:
+                deltas = decoder.take()
+            elif resp is None:
+                raise StopAsyncIteration
+            elif decoder.ended:  # [DONE] came before the end of the body: read that too
+                await self._drain()
+                raise StopAsyncIteration
+            else:
+                deltas = await self._read(resp)
+            if deltas:
+                return self._batch(deltas)
+            if decoder.ended and not decoder.pending and self._resp is None:
+                raise StopAsyncIteration
+
+    async def _read(self, resp: Response | DecodedResponse) -> list[Delta]:
+        """One read, fed to the decoder; the end of the body, or its failure, ended there."""
+        decoder = self._decoder
+        detail = ""
+        try:
+            chunk = await resp.read()
+        except asyncio.CancelledError:
+            self._abort()
+            raise
+        except TimeoutError:
+            cause = EndCause.TIMEOUT
+        except ContentCodingError as exc:  # before ProtocolError: it is one
+            cause, detail = EndCause.UNDECODABLE, str(exc)
+        except ProtocolError as exc:
+            cause, detail = EndCause.INVALID, str(exc)
+        except ServerDisconnected:
+            cause = EndCause.EOF
+        except (HTTPClientError, OSError):
+            cause = EndCause.RESET
+        else:
+            if chunk:
+                if self._on_raw is not None:
+                    self._on_raw(chunk)
+                return decoder.feed(chunk)
+            cause = EndCause.CLEAN
+        deltas = decoder.end(cause, detail)
+        if cause is EndCause.CLEAN and not decoder.failed:
+            self._release()
+        else:
+            self._abort()
+        return deltas
+
+    def _batch(self, deltas: list[Delta]) -> Batch:
+        """`deltas` as a batch, the last one if the decoder has ended and the body is in."""
+        decoder = self._decoder
+        if not decoder.ended or decoder.pending:
+            return Batch(deltas)
+        if decoder.failed:
+            self._abort()
+        elif self._resp is not None and not self._resp.complete:
+            return Batch(deltas)  # [DONE] before the end of the body: the next call drains it
+        self._release()
+        return Batch(deltas, end=True)
 
     async def aclose(self) -> None:
         """Let go of the backend now: keep the connection if the stream is complete, else cut it."""
-        self._ended = True
-        self._pending = None
-        resp, self._resp = self._resp, None
-        if resp is not None:
-            resp.release()  # kept if the whole body is in, else cut
+        self._decoder.ended = True
+        self._release()
 
     async def __aenter__(self) -> ChatStream:
         return self
@@ -488,56 +498,10 @@ class ChatStream:
     ) -> None:
         await self.aclose()
 
-    def _decode(self, chunk: bytes, *, eof: bool) -> list[Delta]:
-        try:
-            messages = self._sse.close() if eof else self._sse.payloads(chunk)
-        except SSEError as exc:
-            return self._fail(
-                [], INVALID_CHUNK, f"The backend broke the event-stream framing: {exc}."
-            )
-        if eof:
-            messages = self._backlog + messages
-            self._backlog = []
-            return self._decode_messages(messages)
-        self._backlog += messages
-        return self._decode_backlog()
-
-    def _decode_backlog(self) -> list[Delta]:
-        size = self._batch
-        messages, self._backlog = self._backlog[:size], self._backlog[size:]
-        self._batch = _MAX_BATCH
-        return self._decode_messages(messages)
-
-    def _decode_messages(self, messages: list[bytes | SSEMessage]) -> list[Delta]:
-        chat = self._chat
-        out = chat.decode(messages)
-        if out and out[-1].__class__ is UpstreamError:
-            self._backlog = []
-            self._ended = True
-            self._abort()
-        elif chat.done:  # [DONE]: what followed it decoded to nothing
-            self._ended = True  # the next __anext__ drains to EOF and ends
-        return out
-
-    def _eof(self) -> list[Delta]:
-        batch = self._decode(b"", eof=True)
-        if not self._ended and not self._chat.finished and not self._chat.done:
-            return self._fail(
-                batch, "server_error", "The backend closed the stream before it finished."
-            )
-        self._ended = True
-        if self._resp is not None:
-            self._resp.release()
-            self._resp = None
-        if batch:
-            return batch
-        raise StopAsyncIteration
-
-    def _fail(self, batch: list[Delta], code: str, message: str) -> list[Delta]:
-        self._ended = True
-        self._abort()
-        batch.append(UpstreamError(code, message))
-        return batch
+    def _release(self) -> None:
+        resp, self._resp = self._resp, None
+        if resp is not None:
+            resp.release()  # kept if the whole body is in, else cut
 
     def _abort(self) -> None:
         resp, self._resp = self._resp, None

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
+from enum import Enum
 from typing import Any
 
 import orjson
@@ -33,6 +34,8 @@ from streamer.redact import scrub
 from streamer.upstream.chat.chunk_shapes import NO_SHAPE, learn_arguments, learn_text
 
 INVALID_CHUNK = "invalid_upstream_chunk"
+INVALID_ENCODING = "invalid_upstream_encoding"  # a compressed stream that stops decoding
+FIRST_BATCH, MAX_BATCH = 4, 256  # events decoded per batch: the first few, then up to 256
 _RATE_LIMIT_HEADERS = ("retry-after", "retry-after-ms")
 _SNIPPET = 120
 _ERROR_TEXT = 500  # characters of a non-JSON error body quoted in the message
@@ -47,29 +50,6 @@ _MAX_KEPT_HEADERS = 16
 _LESSONS = 4  # shapes learnt per stream at most: a backend whose chunks all differ costs little
 _loads = orjson.loads
 _JSONDecodeError = orjson.JSONDecodeError
-_TEXT_ONLY = frozenset({"content", "role"})
-_CALLS_ONLY = frozenset({"tool_calls"})
-_FRAGMENT_KEYS = frozenset({"index", "function"})
-
-
-def _argument_fragment(calls: Any) -> ToolCallDelta | None:
-    """`[{"index": i, "function": {"arguments": "..."}}]`, the shape of every later
-    fragment of a streamed call; None for anything else."""
-    if calls.__class__ is not list or len(calls) != 1:
-        return None
-    call = calls[0]
-    if call.__class__ is not dict or not call.keys() <= _FRAGMENT_KEYS:
-        return None
-    function = call.get("function")
-    index = call.get("index", 0)
-    if (
-        function.__class__ is not dict
-        or function.keys() != {"arguments"}
-        or index.__class__ is not int
-    ):
-        return None
-    arguments = function["arguments"]
-    return ToolCallDelta(index, None, None, arguments) if arguments.__class__ is str else None
 
 
 class ChatChunkDecoder:
@@ -135,50 +115,27 @@ class ChatChunkDecoder:
         if self.done:
             return []
         try:
-            obj = orjson.loads(message_data)
-        except orjson.JSONDecodeError:
-            if message_data.strip() in ("[DONE]", b"[DONE]"):
-                self.done = True
-                return []
-            snippet = message_data[:_SNIPPET]
-            if isinstance(snippet, bytes):
-                snippet = snippet.decode("utf-8", "replace")
-            return [
-                UpstreamError(
-                    INVALID_CHUNK, f"The backend sent malformed JSON in its stream: {snippet!r}"
-                )
-            ]
+            obj = _loads(message_data)
+        except _JSONDecodeError:
+            return self._not_json(message_data)
         if obj.__class__ is not dict:
             return []
-        # The per-token shapes of every backend: one choice whose delta holds only text,
-        # or only one argument fragment of one tool call. Anything else: the full path.
-        choices = obj.get("choices")
-        if choices.__class__ is list and len(choices) == 1 and event is None and "usage" not in obj:
-            choice = choices[0]
-            if (
-                choice.__class__ is dict
-                and choice.get("finish_reason") is None
-                and choice.get("index", 0) in (0, None)
-                and "error" not in obj
-            ):
-                delta = choice.get("delta")
-                if delta.__class__ is dict:
-                    keys = delta.keys()
-                    if keys <= _TEXT_ONLY:
-                        content = delta.get("content")
-                        if content.__class__ is str:
-                            if content and self._lessons and message_data.__class__ is bytes:
-                                self._lessons -= 1
-                                self._text = learn_text(message_data, obj) or self._text
-                            return [TextDelta(content)] if content else []
-                    elif keys == _CALLS_ONLY:
-                        fragment = _argument_fragment(delta["tool_calls"])
-                        if fragment is not None:
-                            if self._lessons and message_data.__class__ is bytes:
-                                self._lessons -= 1
-                                shape = learn_arguments(message_data, obj, fragment.index)
-                                self._args = shape or self._args
-                            return [fragment]
+        out = self._decode_object(obj, event)
+        if len(out) == 1 and self._lessons and event is None and message_data.__class__ is bytes:
+            self._learn(message_data, obj, out[0])
+        return out
+
+    def _not_json(self, message_data: str | bytes) -> list[Delta]:
+        if message_data.strip() in ("[DONE]", b"[DONE]"):
+            self.done = True
+            return []
+        snippet = message_data[:_SNIPPET]
+        if isinstance(snippet, bytes):
+            snippet = snippet.decode("utf-8", "replace")
+        message = f"The backend sent malformed JSON in its stream: {snippet!r}"
+        return [UpstreamError(INVALID_CHUNK, message)]
+
+    def _decode_object(self, obj: dict[str, Any], event: str | None) -> list[Delta]:
         error = payload_error(obj)
         if error is None and event == "error":
             error = UpstreamError(
@@ -204,6 +161,162 @@ class ChatChunkDecoder:
         if usage and isinstance(usage, dict):
             out.append(decode_usage(usage))
         return out
+
+    def _learn(self, payload: bytes, obj: dict[str, Any], delta: Delta) -> None:
+        """Learn the shape of a per-token chunk: one choice whose only output is one piece of
+        text, or one fragment of one call's arguments (see chunk_shapes; the shape is proven
+        there to differ from `obj` in that one string only, so the decoding above of any chunk
+        of that shape is that one delta)."""
+        cls = delta.__class__
+        if cls is not TextDelta and cls is not ToolCallDelta:
+            return
+        choices = obj.get("choices")
+        if choices.__class__ is not list or len(choices) != 1:  # the shape's slot is choices[0]
+            return
+        message = choices[0]["delta"]  # the delta came from it: a dict with a delta dict
+        if cls is TextDelta:
+            if message.get("content").__class__ is str:
+                self._lessons -= 1
+                self._text = learn_text(payload, obj) or self._text
+        elif delta.id is None and delta.name is None:  # type: ignore[union-attr]
+            calls = message["tool_calls"]
+            function = calls[0].get("function") if len(calls) == 1 else None
+            if isinstance(function, dict) and function.get("arguments").__class__ is str:
+                self._lessons -= 1
+                shape = learn_arguments(payload, obj, delta.index)  # type: ignore[union-attr]
+                self._args = shape or self._args
+
+
+class EndCause(Enum):
+    """How a backend's body ended, as the I/O shell saw it."""
+
+    CLEAN = "clean"  # its framing ended (a read returned b"")
+    EOF = "eof"  # the connection closed before the body's end
+    RESET = "reset"  # the connection broke (reset, or any other socket error)
+    TIMEOUT = "timeout"  # nothing came for the idle timeout
+    INVALID = "invalid"  # the HTTP framing broke (`detail` says how)
+    UNDECODABLE = "undecodable"  # the content coding broke (`detail` says how)
+
+
+_CLOSED_EARLY = ("server_error", "The backend closed the stream before it finished.")
+
+
+class ChatDecoder:
+    """One Chat Completions stream's body bytes -> batches of deltas, and its end (sans-I/O).
+
+    `feed(data)` gives the deltas of the first few events `data` completes, so the first text
+    leaves before a long read is decoded whole; the rest waits (`pending`) for `take()`, up to
+    `MAX_BATCH` events each. `end(cause)` says what the end of the body means: nothing more
+    when the answer was whole (`[DONE]`, or a finish reason and no `[DONE]`), else an
+    `UpstreamError`. `ended`: no more deltas will come; `failed`: that was an error (the
+    connection must be cut); `done`: `[DONE]` came (the rest of the body is only drained).
+    """
+
+    __slots__ = (
+        "_at",
+        "_backlog",
+        "_batch",
+        "_chat",
+        "_sse",
+        "broken",
+        "ended",
+        "failed",
+        "idle_timeout",
+    )
+
+    def __init__(self, idle_timeout: float = 300) -> None:
+        self._sse = SSEDecoder()
+        self._chat = ChatChunkDecoder()
+        self._backlog: list[bytes | SSEMessage] = []  # events not decoded yet, from `_at` on
+        self._at = 0
+        self._batch = FIRST_BATCH
+        self.ended = False
+        self.failed = False
+        self.broken = False  # ended without a whole answer: cut short, or its framing broke
+        self.idle_timeout = idle_timeout
+
+    @property
+    def done(self) -> bool:
+        return self._chat.done
+
+    @property
+    def pending(self) -> bool:
+        """Events are waiting for `take()`."""
+        return self._at < len(self._backlog)
+
+    def feed(self, data: bytes) -> list[Delta]:
+        """The first batch of the deltas that `data` completes."""
+        if self.ended:
+            return []
+        try:
+            messages = self._sse.payloads(data)
+        except SSEError as exc:
+            return self._fail(
+                [], INVALID_CHUNK, f"The backend broke the event-stream framing: {exc}."
+            )
+        if self.pending:  # not in the shell, which reads only once all is taken
+            self._backlog = self._backlog[self._at :] + messages
+        else:
+            self._backlog = messages
+        self._at = 0
+        return self.take()
+
+    def take(self) -> list[Delta]:
+        """The next batch of waiting events' deltas (none when nothing waits)."""
+        at, size = self._at, self._batch
+        messages = self._backlog[at : at + size]
+        self._at = at + size  # an index, not a shorter copy: a long backlog is taken in O(n)
+        self._batch = MAX_BATCH
+        return self._decoded(messages) if messages else []
+
+    def end(self, cause: EndCause, detail: str = "") -> list[Delta]:
+        """The body ended: the deltas still owed, ending in an `UpstreamError` if it was cut."""
+        if self.ended:
+            return []
+        out: list[Delta] = []
+        if self.pending:
+            out = self._decoded(self._backlog[self._at :])
+        if cause is EndCause.CLEAN and not self.ended:
+            try:  # an event left unterminated at the end still counts (see sse.close)
+                rest = self._sse.close()
+            except SSEError as exc:
+                message = f"The backend broke the event-stream framing: {exc}."
+                return self._fail(out, INVALID_CHUNK, message)
+            out += self._decoded(list(rest))
+        if self.ended:
+            return out
+        self.ended = True
+        if self._chat.finished:  # complete but for [DONE]: only the epilogue is lost
+            return out
+        return self._fail(out, *self._cut(cause, detail))
+
+    def _cut(self, cause: EndCause, detail: str) -> tuple[str, str]:
+        if cause is EndCause.TIMEOUT:
+            return "upstream_timeout", f"The backend sent nothing for {self.idle_timeout:g} s."
+        if cause is EndCause.UNDECODABLE:
+            return INVALID_ENCODING, f"The backend's answer broke off: {detail}."
+        if cause is EndCause.INVALID:
+            return "upstream_error", f"The backend sent an invalid HTTP answer: {detail}."
+        return _CLOSED_EARLY
+
+    def _decoded(self, messages: list[bytes | SSEMessage]) -> list[Delta]:
+        out = self._chat.decode(messages)
+        if out and out[-1].__class__ is UpstreamError:
+            self._drop()
+            self.ended = self.failed = True
+        elif self._chat.done:  # what follows [DONE] would decode to nothing
+            self._drop()
+            self.ended = True
+        return out
+
+    def _fail(self, out: list[Delta], code: str, message: str) -> list[Delta]:
+        self._drop()
+        self.ended = self.failed = self.broken = True
+        out.append(UpstreamError(code, message))
+        return out
+
+    def _drop(self) -> None:
+        self._backlog, self._at = [], 0
 
 
 def decode_completion(body: Any) -> list[Delta]:
@@ -242,17 +355,12 @@ def decode_body(raw: bytes | bytearray) -> list[Delta]:
     except orjson.JSONDecodeError:
         pass
     if raw.lstrip().startswith(b"data:"):
-        sse, chat = SSEDecoder(), ChatChunkDecoder()
-        try:
-            messages = sse.feed(bytes(raw)) + sse.close()
-        except SSEError:
-            messages = []
-        out: list[Delta] = []
-        for message in messages:
-            out.extend(chat.feed(message.data, message.event))
-            if chat.done or (out and type(out[-1]) is UpstreamError):
-                return out
-        if chat.finished:
+        decoder = ChatDecoder()
+        out = decoder.feed(bytes(raw))
+        while decoder.pending:
+            out += decoder.take()
+        out += decoder.end(EndCause.CLEAN)
+        if not decoder.broken:
             return out
     return [UpstreamError(INVALID_CHUNK, "The backend sent a malformed JSON body.")]
 
