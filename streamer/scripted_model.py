@@ -324,7 +324,8 @@ async def _chat_completions(request: web.Request) -> web.StreamResponse:
     if not isinstance(body.get("messages"), list) or not body["messages"]:
         return _error(400, "'messages' must be a non-empty array.", "messages")
     reply = plan_reply(body)
-    model = body.get("model") if isinstance(body.get("model"), str) else "scripted"
+    named = body.get("model")
+    model = named if isinstance(named, str) else "scripted"
     if not body.get("stream"):
         return web.Response(
             body=orjson.dumps(completion(reply, model)), content_type="application/json"

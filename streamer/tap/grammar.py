@@ -219,8 +219,11 @@ class GrammarChecker:
         if failed:
             # a failure may list, drop or keep in progress the items streamed so far
             by_id = {id_key(i.id): i for i in done}
-            pairs = [(by_id.get(id_key(o.get("id"))), o) for o in output if isinstance(o, dict)]
-            pairs = [(i, o) for i, o in pairs if i is not None]
+            pairs = [
+                (found, o)
+                for o in output
+                if isinstance(o, dict) and (found := by_id.get(id_key(o.get("id")))) is not None
+            ]
         else:
             if len(output) != len(done):
                 self._flag(
