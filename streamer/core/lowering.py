@@ -62,9 +62,7 @@ def lower(
     chat["messages"] = _messages(request, items, names, options)
     chat.update(_tools(request, names))
     chat.update(_sampling(request, options))
-    chat["stream"] = True
-    chat["stream_options"] = {"include_usage": True}
-    return chat
+    return chat  # streaming is the client's to ask for (upstream/chat/client.py), once
 
 
 # -- messages -----------------------------------------------------------------------------

@@ -94,7 +94,7 @@ class ChatUpstream:
         json_budget: ByteBudget | None = None,
     ) -> None:
         self.base_url = base_url.rstrip("/")
-        parts = urlsplit(self.base_url)
+        self._parts = parts = urlsplit(self.base_url)  # the pools take it parsed
         self._proxy = proxy  # None: direct (see `proxy.select_proxy`)
         self._forward_proxy = proxy is not None and parts.scheme != "https"
         # one bound for every pool to this origin (0: unlimited, the backend sets the pace)
@@ -141,7 +141,7 @@ class ChatUpstream:
 
     def _new_pool(self) -> ConnectionPool:
         pool = ConnectionPool(
-            self.base_url,
+            self._parts,
             connect_timeout=self.connect_timeout,
             keepalive=KEEPALIVE_TIMEOUT,
             ssl_context=self._ssl_context,

@@ -19,7 +19,7 @@ import base64
 import ssl
 from collections import OrderedDict
 from collections.abc import Callable, Iterable
-from urllib.parse import unquote, urlsplit
+from urllib.parse import SplitResult, unquote, urlsplit
 
 from streamer.upstream.http1.connection import READ_SIZE, Connection, Response
 from streamer.upstream.http1.connection_limit import ConnectionLimit
@@ -34,7 +34,7 @@ class ConnectionPool:
 
     def __init__(
         self,
-        url: str,
+        url: str | SplitResult,
         *,
         connect_timeout: float = 10,
         keepalive: float = 4.0,
@@ -46,7 +46,7 @@ class ConnectionPool:
         proxy: Proxy | None = None,
         limiter: ConnectionLimit | asyncio.Semaphore | None = None,
     ) -> None:
-        parts = urlsplit(url)
+        parts = url if isinstance(url, SplitResult) else urlsplit(url)  # parsed once upstream
         if parts.scheme not in ("http", "https") or not parts.hostname:
             raise ValueError(f"not an http(s) URL: {parts.scheme}://{parts.hostname}")
         self.host = parts.hostname
