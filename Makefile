@@ -20,9 +20,10 @@ install: $(STAMP)
 run: $(STAMP)
 	$(BIN)/python -m streamer serve --host $(HOST) --port $(PORT) $(if $(UPSTREAM),--upstream $(UPSTREAM))
 
-## Set up and run the whole test suite.
+## Set up and run the whole test suite (JOBS processes; the tests wait more than they compute).
+JOBS ?= 2
 test: $(STAMP)
-	$(BIN)/pytest -q
+	$(BIN)/pytest -q -n $(JOBS)
 
 lint: $(STAMP)
 	$(BIN)/ruff check streamer tests bench
