@@ -267,6 +267,10 @@ def start_targets(
                 ws.pids, ws.pinned, ws.version = gateway.pids, gateway.pinned, gateway.version
                 ws.status, ws.reason = gateway.status, gateway.reason
                 out.append(ws)
+    for root in args.baseline:  # another checkout, measured in the same run (A/B)
+        tree = Path(root).resolve()
+        name = f"streamer@{tg.git_describe(tree) or tree.name}"
+        out.append(tg.start_gateway(upstream, gw, logs, args.gateway_arg, tree, name))
     if not args.no_litellm:
         out.append(tg.start_litellm(upstream, gw, logs, args.litellm_timeout))
     out += [tg.external_peer(spec) for spec in args.peer]
@@ -421,6 +425,14 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--runs", type=int, help="runs per cell, the median is kept (default 3)")
     p.add_argument("--duration", type=float, help="measured seconds per run (default 3)")
     p.add_argument("--warmup", type=float, help="seconds of load before each run (default 1)")
+    p.add_argument(
+        "--baseline",
+        action="append",
+        default=[],
+        metavar="TREE",
+        help="another checkout of streamer (e.g. a git worktree of an older commit) to run "
+        "beside this one in the same run, over SSE (a same-run A/B)",
+    )
     p.add_argument(
         "--peer",
         action="append",

@@ -182,7 +182,15 @@ def gateway_available() -> str:
     return ""
 
 
-def start_gateway(upstream: str, cpus: set[int] | None, logs: Path, extra: list[str]) -> Target:
+def start_gateway(
+    upstream: str,
+    cpus: set[int] | None,
+    logs: Path,
+    extra: list[str],
+    root: Path = ROOT,
+    name: str = "streamer",
+) -> Target:
+    """`streamer serve` from the checkout at `root` (another tree: a same-run baseline)."""
     port = free_port()
     cmd = [
         sys.executable,
@@ -197,22 +205,23 @@ def start_gateway(upstream: str, cpus: set[int] | None, logs: Path, extra: list[
         str(port),
         *extra,
     ]
-    proc = spawn(cmd, cpus, logs / "streamer.log", env={"PYTHONPATH": str(ROOT)})
+    log = logs / f"{name.replace('@', '-')}.log"
+    proc = spawn(cmd, cpus, log, env={"PYTHONPATH": str(root)})
     url = f"http://127.0.0.1:{port}"
-    target = Target("streamer", "gateway", url, pids=[proc.pid], pinned=bool(cpus), proc=proc)
-    target.version = git_describe()
+    target = Target(name, "gateway", url, pids=[proc.pid], pinned=bool(cpus), proc=proc)
+    target.version = git_describe(root)
     try:
         wait_http(url + "/healthz", 30, proc)
     except RuntimeError as exc:
         stop(proc)
-        target.status, target.reason = "failed", f"{exc}; see {logs / 'streamer.log'}"
+        target.status, target.reason = "failed", f"{exc}; see {log}"
     return target
 
 
-def git_describe() -> str:
+def git_describe(root: Path = ROOT) -> str:
     try:
         out = subprocess.run(
-            ["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, timeout=10
+            ["git", "rev-parse", "--short", "HEAD"], cwd=root, capture_output=True, timeout=10
         )
     except (OSError, subprocess.TimeoutExpired):
         return ""
