@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from streamer.config import Settings
-from streamer.core.errors import RequestError, invalid
+from streamer.core.errors import RequestError, invalid, shutting_down
 from streamer.core.events import Event
 from streamer.core.lowering import LoweringOptions
 from streamer.core.tools import NamingConfig
@@ -85,15 +85,6 @@ def store_unavailable(exc: StoreUnavailable) -> RequestError:
         status=503,
         type="server_error",
         code="store_unavailable",
-    )
-
-
-def shutting_down() -> RequestError:
-    return RequestError(
-        "The server is shutting down; retry the request.",
-        status=503,
-        type="server_error",
-        code="server_shutting_down",
     )
 
 

@@ -52,3 +52,13 @@ def invalid(message: str, param: str | None = None, code: str | None = None) -> 
 
 def server_error(message: str, status: int = 500, code: str = "server_error") -> RequestError:
     return RequestError(message, status=status, type="server_error", code=code)
+
+
+def shutting_down(advice: str = "retry the request") -> RequestError:
+    """The gateway is draining for a shutdown: a 503 that tells the client what to do."""
+    return RequestError(
+        f"The server is shutting down; {advice}.",
+        status=503,
+        type="server_error",
+        code="server_shutting_down",
+    )

@@ -11,11 +11,11 @@ import orjson
 from aiohttp import web
 
 from streamer.core import sse
-from streamer.core.errors import RequestError, invalid
+from streamer.core.errors import RequestError, invalid, shutting_down
 from streamer.core.events import Event
 from streamer.frontends.background import SSE_HEADERS, follow
 from streamer.frontends.frontdoor import FRONT_DOOR
-from streamer.gateway import Gateway, shutting_down
+from streamer.gateway import Gateway
 from streamer.identity import CLIENT
 from streamer.pipeline import Turn
 

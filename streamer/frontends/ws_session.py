@@ -17,7 +17,7 @@ from typing import Any
 
 import orjson
 
-from streamer.core.errors import RequestError, invalid
+from streamer.core.errors import RequestError, invalid, shutting_down
 from streamer.frontends.ws_queue import Admission, QueueBudget
 
 MAX_LANES = 32  # distinct named lanes per connection; the default lane does not count
@@ -43,15 +43,6 @@ def frame_size(raw: str | bytes) -> int:
     character, as the parsed strings will hold), known without a copy.
     """
     return len(raw) if isinstance(raw, bytes) else sys.getsizeof(raw)
-
-
-def shutting_down() -> RequestError:
-    return RequestError(
-        "The server is shutting down; reconnect to continue.",
-        status=503,
-        type="server_error",
-        code="server_shutting_down",
-    )
 
 
 def parse_frame(raw: str | bytes) -> dict[str, Any] | Refused:
@@ -117,7 +108,7 @@ class SessionRules:
     def lane_error(self, lane: Any) -> RequestError | None:
         """Why a create on `lane` cannot run here now, if it cannot."""
         if self.closing:
-            return shutting_down()
+            return shutting_down("reconnect to continue")
         if lane is not None and (not isinstance(lane, str) or not _STREAM_ID.fullmatch(lane)):
             return invalid(
                 "Invalid 'stream_id': 1-256 characters of [A-Za-z0-9_.-].",
