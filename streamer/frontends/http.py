@@ -46,6 +46,24 @@ def json_response(
     )
 
 
+# What aiohttp decodes (zstd via backports.zstd, br via brotli, both dependencies); it
+# passes any other coding through as is, which would then fail as "bad JSON".
+BODY_CODINGS = ("identity", "gzip", "x-gzip", "deflate", "br", "zstd")
+
+
+def _check_coding(header: str) -> None:
+    """One known Content-Encoding (Codex sends zstd), or a 415 naming the ones taken."""
+    codings = [c.strip().lower() for c in header.split(",") if c.strip()]
+    unknown = [c for c in codings if c not in BODY_CODINGS]
+    if unknown or len([c for c in codings if c != "identity"]) > 1:
+        raise RequestError(
+            f"Unsupported Content-Encoding {header.strip()!r}: send one of zstd, gzip, "
+            "deflate, br or none.",
+            status=415,
+            code="unsupported_content_encoding",
+        )
+
+
 async def read_json(request: web.Request) -> Any:
     """The request body as JSON, or a 4xx that says what is wrong with it."""
     ctype = request.content_type
@@ -57,6 +75,7 @@ async def read_json(request: web.Request) -> Any:
             status=415,
             code="unsupported_media_type",
         )
+    _check_coding(request.headers.get("Content-Encoding", ""))
     limit = request.app[GATEWAY].settings.client_body_timeout
     try:
         async with asyncio.timeout(limit):
