@@ -317,13 +317,38 @@ async def test_compressed_request_bodies_are_read(coding: str) -> None:
     assert sent["messages"] == [{"role": "user", "content": "compressed hello"}]
 
 
-async def test_an_unknown_coding_is_a_clear_415() -> None:
+@pytest.mark.parametrize("coding", ["lzma", "gzip, br"])
+async def test_an_unknown_coding_is_a_clear_415(coding: str) -> None:
+    """aiohttp passes a coding it does not decode through as is: it was a bad-JSON 400."""
     body = orjson.dumps({"model": "m", "input": "x", "stream": False})
-    headers = {"Content-Type": "application/json", "Content-Encoding": "lzma"}
+    headers = {"Content-Type": "application/json", "Content-Encoding": coding}
     async with GatewayHarness() as gw, aiohttp.ClientSession() as session:
         async with session.post(gw.url + "/responses", data=body, headers=headers) as resp:
             assert resp.status == 415
             error = (await resp.json())["error"]
         assert gw.backend.requests == []
     assert error["code"] == "unsupported_content_encoding"
-    assert "lzma" in error["message"] and "zstd" in error["message"]
+    assert coding in error["message"] and "zstd" in error["message"]
+
+
+# -- the table -----------------------------------------------------------------------------
+
+
+def test_every_profile_is_a_row_and_flags_lay_over_it() -> None:
+    from streamer.upstream.chat.profiles import PROFILES, resolve
+
+    assert set(PROFILES) == {
+        *("vllm", "sglang", "llamacpp", "ollama", "lmstudio", "deepseek", "kimi", "glm"),
+        *("openrouter", "openai", "generic"),
+    }
+    generic = resolve("generic")
+    assert (generic.tool_choice_object, generic.system_messages, generic.drop) == (
+        False,
+        "merge",
+        frozenset({"user"}),
+    )
+    over = resolve("openai", system_messages="merge", drop_params="", reasoning_efforts="any")
+    assert (over.system_messages, over.drop, over.efforts) == ("merge", frozenset(), None)
+    for bad in ({"name": "nope"}, {"name": "generic", "system_messages": "first"}):
+        with pytest.raises(ValueError):
+            resolve(**bad)  # type: ignore[arg-type]

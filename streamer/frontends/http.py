@@ -46,19 +46,17 @@ def json_response(
     )
 
 
-# What aiohttp decodes (zstd via backports.zstd, br via brotli, both dependencies); it
-# passes any other coding through as is, which would then fail as "bad JSON".
-BODY_CODINGS = ("identity", "gzip", "x-gzip", "deflate", "br", "zstd")
+# What aiohttp decodes (zstd via backports.zstd, br via brotli, both dependencies): one
+# coding exactly; it passes anything else through as is, which would then fail as bad JSON.
+BODY_CODINGS = ("", "identity", "gzip", "deflate", "br", "zstd")
 
 
 def _check_coding(header: str) -> None:
     """One known Content-Encoding (Codex sends zstd), or a 415 naming the ones taken."""
-    codings = [c.strip().lower() for c in header.split(",") if c.strip()]
-    unknown = [c for c in codings if c not in BODY_CODINGS]
-    if unknown or len([c for c in codings if c != "identity"]) > 1:
+    if header.strip().lower() not in BODY_CODINGS:
         raise RequestError(
             f"Unsupported Content-Encoding {header.strip()!r}: send one of zstd, gzip, "
-            "deflate, br or none.",
+            "deflate or br (one coding), or none.",
             status=415,
             code="unsupported_content_encoding",
         )
