@@ -22,7 +22,7 @@ from streamer.core.errors import RequestError
 from streamer.core.response import new_id
 from streamer.frontends.frontdoor import FRONT_DOOR, FrontDoor, GuardedSite, door_middleware
 from streamer.frontends.http import GATEWAY
-from streamer.gateway import Gateway, store_unavailable
+from streamer.gateway import Gateway, backend_profile, store_unavailable
 from streamer.identity import CLIENT, client_identity
 from streamer.logs import choose_request_id
 
@@ -202,6 +202,7 @@ async def _start(app: web.Application) -> None:
         client_pools=settings.upstream_client_pools,
     )
     chat.max_json_body = 4 * settings.max_output_bytes  # see JSON_BODY_LIMIT
+    chat.stream_usage = "stream_options" not in backend_profile(settings).drop
     chat.json_budget = ByteBudget(settings.max_backend_json_bytes)
     # whatever the backend says back is scrubbed of every key this gateway knows
     secrets = (

@@ -201,6 +201,52 @@ SETTINGS: tuple[Setting, ...] = (
         int,
     ),
     Setting(
+        "--backend-profile",
+        "backend_profile",
+        "generic",
+        "What the Chat backend accepts: vllm, sglang, llamacpp, ollama, lmstudio, deepseek, "
+        "kimi, glm, openrouter, openai or generic (safe for all); the flags below override "
+        "single settings (streamer/upstream/chat/profiles.py).",
+    ),
+    Setting(
+        "--system-messages",
+        "system_messages",
+        None,
+        "merge: one leading system message joining instructions and every system/developer "
+        "message in order; keep: each where it is; user: later ones become user messages "
+        "marked as instructions. Unset: the profile's (generic: merge).",
+    ),
+    Setting(
+        "--tool-choice-object",
+        "tool_choice_object",
+        None,
+        'Send a forced tool as a named tool_choice object; else "required" with the tools '
+        "narrowed to it. Unset: the profile's (generic: false).",
+        _bool,
+    ),
+    Setting(
+        "--reasoning-efforts",
+        "reasoning_efforts",
+        None,
+        "Comma-separated reasoning efforts the backend takes (others map to the nearest; "
+        "empty: never sent; `any`: passed through). Unset: the profile's (generic: "
+        "low,medium,high).",
+    ),
+    Setting(
+        "--max-tokens-field",
+        "max_tokens_field",
+        None,
+        "max_tokens or max_completion_tokens for max_output_tokens. Unset: the profile's "
+        "(generic: max_tokens).",
+    ),
+    Setting(
+        "--drop-params",
+        "drop_params",
+        None,
+        "Comma-separated Chat parameters never sent (user, parallel_tool_calls, "
+        "stream_options, …). Unset: the profile's (generic: user).",
+    ),
+    Setting(
         "--replay-reasoning",
         "replay_reasoning",
         True,
@@ -330,6 +376,12 @@ class Settings:
     max_output_items: int = 2048
     max_turn_seconds: float = 3600.0
     max_backend_json_bytes: int = 256 * 1024 * 1024
+    backend_profile: str = "generic"
+    system_messages: str | None = None
+    tool_choice_object: bool | None = None
+    reasoning_efforts: str | None = None
+    max_tokens_field: str | None = None
+    drop_params: str | None = None
     replay_reasoning: bool = True
     idle_timeout: float = 300.0
     store: str = "memory"

@@ -17,7 +17,6 @@ from typing import TYPE_CHECKING, Any
 from streamer.config import Settings
 from streamer.core.errors import RequestError, invalid, shutting_down
 from streamer.core.events import Event
-from streamer.core.lowering import LoweringOptions
 from streamer.core.tools import NamingConfig
 from streamer.identity import request_client
 from streamer.metrics import Metrics
@@ -27,6 +26,7 @@ from streamer.quiet_trim import QuietTrim, malloc_trim
 from streamer.recorder import TapDirectory
 from streamer.records import stored
 from streamer.store import ResponseStore, StoreUnavailable
+from streamer.upstream.chat.profiles import BackendProfile, lowering_options, resolve
 from streamer.upstream.registry import UpstreamRegistry
 
 if TYPE_CHECKING:
@@ -35,6 +35,18 @@ if TYPE_CHECKING:
 log = logging.getLogger("streamer.gateway")
 
 SHUT_DOWN = "The gateway shut down before the response finished; retry the request."
+
+
+def backend_profile(settings: Settings) -> BackendProfile:
+    """`--backend-profile` with each of its settings' own flags laid over it."""
+    return resolve(
+        settings.backend_profile,
+        system_messages=settings.system_messages,
+        tool_choice_object=settings.tool_choice_object,
+        reasoning_efforts=settings.reasoning_efforts,
+        max_tokens_field=settings.max_tokens_field,
+        drop_params=settings.drop_params,
+    )
 
 
 def turn_options(settings: Settings) -> TurnOptions:
@@ -55,7 +67,9 @@ def turn_options(settings: Settings) -> TurnOptions:
             max_tools=settings.max_tools,
             max_tool_bytes=settings.max_tool_bytes,
         ),
-        lowering=LoweringOptions(model=settings.model, replay_reasoning=settings.replay_reasoning),
+        lowering=lowering_options(
+            backend_profile(settings), model=settings.model, replay=settings.replay_reasoning
+        ),
         max_input_items=settings.max_input_items,
         max_output_bytes=settings.max_output_bytes,
         max_output_items=settings.max_output_items,

@@ -27,6 +27,7 @@ from streamer.core.output_items import OutputLimits
 from streamer.core.response import new_response
 from streamer.core.tools import NamingConfig, ResponsesToolNames
 from streamer.upstream.batch import Batch
+from streamer.upstream.first_call import first_call_only
 
 log = logging.getLogger("streamer.pipeline")
 
@@ -370,8 +371,9 @@ async def stream_events(
         raise
     unsent = streamer.start()  # events made but not yet yielded: a failure sends them first
     try:
-        next_batch = aiter(stream).__anext__
-        batch = stream.first
+        next_batch, batch = aiter(stream).__anext__, stream.first
+        if turn.request.get("parallel_tool_calls") is False:  # enforced: backends ignore it
+            next_batch, batch = first_call_only(next_batch, batch)
         if batch is not None:  # the first deltas came with the head: they leave with `created`
             unsent += streamer.feed(batch) + _settle(turn, batch.end)
         first, unsent = unsent, []

@@ -190,10 +190,18 @@ def test_tolerated_shapes_are_accepted() -> None:
 
 
 def test_instructions_become_the_first_system_message() -> None:
-    out = messages(
-        [{"role": "developer", "content": "dev"}, {"role": "system", "content": "sys"}, user("u")],
-        instructions="be brief",
-    )
+    input_ = [
+        {"role": "developer", "content": "dev"},
+        {"role": "system", "content": "sys"},
+        user("u"),
+    ]
+    out = messages(input_, instructions="be brief")
+    assert out == [  # merged, the default (backend profiles)
+        {"role": "system", "content": "be brief\n\ndev\n\nsys"},
+        {"role": "user", "content": "u"},
+    ]
+    request = {"model": "m", "input": input_, "instructions": "be brief"}
+    out = run(request, LoweringOptions(system_messages="keep"))["messages"]
     assert out == [
         {"role": "system", "content": "be brief"},
         {"role": "system", "content": "dev"},
@@ -211,18 +219,17 @@ def test_empty_or_null_instructions_add_nothing() -> None:
 
 
 def test_text_only_parts_are_joined_into_a_string() -> None:
-    out = messages(
-        [
-            user("<env>", "do it"),
-            {
-                "role": "developer",
-                "content": [
-                    {"type": "input_text", "text": "a"},
-                    {"type": "input_text", "text": "b"},
-                ],
-            },
-        ]
-    )
+    input_ = [
+        user("<env>", "do it"),
+        {
+            "role": "developer",
+            "content": [
+                {"type": "input_text", "text": "a"},
+                {"type": "input_text", "text": "b"},
+            ],
+        },
+    ]
+    out = run({"model": "m", "input": input_}, LoweringOptions(system_messages="keep"))["messages"]
     assert out == [
         {"role": "user", "content": "<env>\ndo it"},
         {"role": "system", "content": "a\nb"},
@@ -628,9 +635,10 @@ def test_string_tool_choice_and_parallel_pass_through(mode: str) -> None:
     assert chat["parallel_tool_calls"] is False
 
 
-def test_forced_namespaced_function_keeps_all_tools() -> None:
+def test_forced_namespaced_function_keeps_all_tools_as_a_named_object() -> None:
     choice = {"type": "function", "name": "search", "namespace": "mcp__docs"}
-    chat = run({"model": "m", "input": "x", "tools": [WEATHER_FN, DOCS_NS], "tool_choice": choice})
+    request = {"model": "m", "input": "x", "tools": [WEATHER_FN, DOCS_NS], "tool_choice": choice}
+    chat = run(request, LoweringOptions(tool_choice_object=True))
     assert chat["tool_choice"] == {"type": "function", "function": {"name": "mcp__docs__search"}}
     assert len(chat["tools"]) == 3
 
@@ -1223,3 +1231,89 @@ def test_valid_histories_always_lower_and_keep_every_call_and_result(
     for a, b in itertools.pairwise(out):
         assert not (a["role"] == b["role"] == "assistant")  # assistant-side items merge
     orjson.dumps(chat)
+
+
+# -- backend profiles (issue 15) ------------------------------------------------------------
+
+
+def test_a_forced_tool_is_required_over_the_narrowed_list_by_default() -> None:
+    """llama.cpp reads a named tool_choice object as "auto": narrowed "required" works everywhere."""
+    for choice in (
+        {"type": "function", "name": "search", "namespace": "mcp__docs"},
+        {
+            "type": "allowed_tools",
+            "mode": "required",
+            "tools": [{"type": "function", "name": "search"}],
+        },
+    ):
+        request = {
+            "model": "m",
+            "input": "x",
+            "tools": [WEATHER_FN, DOCS_NS],
+            "tool_choice": choice,
+        }
+        chat = run(request)
+        assert chat["tool_choice"] == "required"
+        assert [t["function"]["name"] for t in chat["tools"]] == ["mcp__docs__search"]
+
+
+def test_system_messages_policies() -> None:
+    input_ = [
+        {"role": "developer", "content": "dev"},
+        user("u"),
+        {"type": "function_call", "call_id": "c1", "name": "get_weather", "arguments": "{}"},
+        {"role": "developer", "content": "later"},
+        {"type": "function_call_output", "call_id": "c1", "output": "sunny"},
+    ]
+    request = {"model": "m", "input": input_, "instructions": "be brief", "tools": [WEATHER_FN]}
+    merged = run(request)["messages"]
+    assert merged[0] == {"role": "system", "content": "be brief\n\ndev\n\nlater"}
+    assert [m["role"] for m in merged] == ["system", "user", "assistant", "tool"]
+    as_user = run(request, LoweringOptions(system_messages="user"))["messages"]
+    assert as_user[0] == {"role": "system", "content": "be brief\n\ndev"}
+    assert [m["role"] for m in as_user] == ["system", "user", "assistant", "user", "tool"]
+    assert as_user[3]["content"].startswith("[Instructions from the developer")
+    assert as_user[3]["content"].endswith("\nlater")
+    kept = run(request, LoweringOptions(system_messages="keep"))["messages"]
+    assert [m["role"] for m in kept] == ["system", "system", "user", "assistant", "system", "tool"]
+
+
+@pytest.mark.parametrize(
+    ("effort", "accepted", "sent"),
+    [
+        ("medium", ("low", "medium", "high"), "medium"),
+        ("xhigh", ("low", "medium", "high"), "high"),
+        ("max", ("low", "medium", "high"), "high"),
+        ("minimal", ("low", "medium", "high"), "low"),
+        ("none", ("low", "medium", "high"), "low"),
+        ("none", ("none", "low", "medium", "high"), "none"),
+        ("minimal", ("none", "low", "medium", "high"), "none"),
+        ("high", (), None),
+        ("xhigh", None, "xhigh"),
+    ],
+)
+def test_reasoning_effort_maps_to_the_nearest_accepted(
+    effort: str, accepted: tuple[str, ...] | None, sent: str | None
+) -> None:
+    request = {"model": "m", "input": "x", "reasoning": {"effort": effort}}
+    chat = run(request, LoweringOptions(efforts=accepted))
+    assert chat.get("reasoning_effort") == sent
+
+
+def test_parameters_are_dropped_or_renamed_per_profile() -> None:
+    request = {
+        "model": "m",
+        "input": "x",
+        "user": "u",
+        "max_output_tokens": 7,
+        "parallel_tool_calls": False,
+        "tools": [WEATHER_FN],
+    }
+    chat = run(request)
+    assert "user" not in chat and chat["max_tokens"] == 7 and chat["parallel_tool_calls"] is False
+    options = LoweringOptions(
+        max_tokens_field="max_completion_tokens", drop=frozenset({"parallel_tool_calls"})
+    )
+    chat = run(request, options)
+    assert chat["user"] == "u" and chat["max_completion_tokens"] == 7 and "max_tokens" not in chat
+    assert "parallel_tool_calls" not in chat

@@ -29,9 +29,17 @@ from streamer.core.input_items import (
 )
 from streamer.core.tools import FlatTool, ResponsesToolNames
 
-__all__ = ["LoweringOptions", "lower", "normalize_input", "public_output_to_input"]
+__all__ = [
+    "LoweringOptions",
+    "lower",
+    "nearest_effort",
+    "normalize_input",
+    "public_output_to_input",
+]
 
 _SYSTEM_ROLES = ("system", "developer")
+INSTRUCTIONS_MARK = "[Instructions from the developer, not the user]"
+"""Heads a later system/developer message sent as a user message (`system_messages="user"`)."""
 _CHAT_DETAILS = ("auto", "low", "high")
 
 
@@ -42,6 +50,16 @@ class LoweringOptions:
     replay_reasoning: bool = True
     """Replay readable reasoning as `reasoning_content` (some backends require it, some reject it)."""
     max_tokens_field: Literal["max_tokens", "max_completion_tokens"] = "max_tokens"
+    system_messages: Literal["merge", "keep", "user"] = "merge"
+    """merge: one leading system message joining `instructions` and every system/developer
+    message in order (chat templates of Qwen, Mistral, Llama reject a later one); keep: each
+    where it is; user: later ones become user messages marked as instructions."""
+    tool_choice_object: bool = False
+    """A forced single tool as a named object; else "required" over the narrowed list."""
+    efforts: tuple[str, ...] | None = ("low", "medium", "high")
+    """The reasoning efforts the backend takes (None: any); others map to the nearest."""
+    drop: frozenset[str] = frozenset({"user"})
+    """Chat parameters left out of the request (the backend rejects them)."""
 
 
 def lower(
@@ -60,8 +78,12 @@ def lower(
     if model:
         chat["model"] = model
     chat["messages"] = _messages(request, items, names, options)
-    chat.update(_tools(request, names))
+    chat.update(_tools(request, names, options))
     chat.update(_sampling(request, options))
+    if isinstance(request.get("user"), str):
+        chat["user"] = request["user"]
+    for key in options.drop:
+        chat.pop(key, None)
     return chat  # streaming is the client's to ask for (upstream/chat/client.py), once
 
 
@@ -71,9 +93,11 @@ def lower(
 class _Messages:
     """Builds the chat message list; holds the one assistant message still open."""
 
-    def __init__(self, names: ResponsesToolNames, replay_reasoning: bool) -> None:
+    def __init__(self, names: ResponsesToolNames, options: LoweringOptions) -> None:
         self.names = names
-        self.replay_reasoning = replay_reasoning
+        self.replay_reasoning = options.replay_reasoning
+        self.system_policy = options.system_messages
+        self.leading: list[str] = []  # system texts for the one leading message (not "keep")
         self.out: list[dict[str, Any]] = []
         self.texts: list[str] | None = None  # the open assistant message's text pieces
         self.calls: list[dict[str, Any]] = []
@@ -123,11 +147,28 @@ class _Messages:
         if role == "assistant":
             self.open().append(_text(content))
             return
-        self.close()
         if role in _SYSTEM_ROLES:
-            self.out.append({"role": "system", "content": _text(content)})
+            self.system(_text(content))
+            return
+        self.close()
+        self.out.append({"role": "user", "content": _user_content(content)})
+
+    def system(self, text: str) -> None:
+        """A system/developer message, placed by the policy (`LoweringOptions.system_messages`)."""
+        policy = self.system_policy
+        if policy == "merge" or (policy == "user" and not self.out and self.texts is None):
+            self.leading.append(text)  # merge: the open assistant message stays open
+            return
+        self.close()
+        if policy == "keep":
+            self.out.append({"role": "system", "content": text})
         else:
-            self.out.append({"role": "user", "content": _user_content(content)})
+            self.out.append({"role": "user", "content": f"{INSTRUCTIONS_MARK}\n{text}"})
+
+    def leading_system(self) -> list[dict[str, Any]]:
+        if not self.leading:
+            return []
+        return [{"role": "system", "content": "\n\n".join(self.leading)}]
 
     def tool_call(self, index: int, item: dict[str, Any]) -> dict[str, Any]:
         kind = item["type"]
@@ -197,16 +238,16 @@ def _messages(
     names: ResponsesToolNames,
     options: LoweringOptions,
 ) -> list[dict[str, Any]]:
-    builder = _Messages(names, options.replay_reasoning)
+    builder = _Messages(names, options)
     instructions = request.get("instructions")
     if instructions is not None and not isinstance(instructions, str):
         raise invalid("Invalid type for 'instructions': expected a string.", "instructions")
     if instructions:
-        builder.out.append({"role": "system", "content": instructions})
+        builder.system(instructions)
     for index, item in enumerate(items):
         builder.add(index, item)
     builder.close()
-    return builder.out
+    return builder.leading_system() + builder.out
 
 
 def _json(value: Any, param: str) -> str:
@@ -263,6 +304,22 @@ def _user_part(part: dict[str, Any]) -> dict[str, Any]:
     return {"type": "text", "text": _part_text(part)}
 
 
+EFFORT_SCALE = ("none", "minimal", "low", "medium", "high", "xhigh", "max")
+"""Reasoning efforts from least to most: a value a backend does not take becomes the
+nearest one it does (ties go to the lesser effort)."""
+
+
+def nearest_effort(effort: str, accepted: tuple[str, ...] | None) -> str | None:
+    """`effort` as the backend takes it: itself, the nearest accepted value, or None."""
+    if accepted is None or effort in accepted:
+        return effort
+    known = [a for a in accepted if a in EFFORT_SCALE]
+    if effort not in EFFORT_SCALE or not known:
+        return None  # a value nobody ranks, or a backend that takes none: not sent
+    rank = EFFORT_SCALE.index(effort)
+    return min(known, key=lambda a: (abs(EFFORT_SCALE.index(a) - rank), EFFORT_SCALE.index(a)))
+
+
 def _reasoning_text(item: dict[str, Any]) -> str:
     """Readable reasoning: `reasoning_text` content, else the summaries; "" if encrypted only."""
     for field, kind, sep in (
@@ -285,14 +342,18 @@ def _reasoning_text(item: dict[str, Any]) -> str:
 # -- tools and sampling -------------------------------------------------------------------
 
 
-def _tools(request: Mapping[str, Any], names: ResponsesToolNames) -> dict[str, Any]:
+def _tools(
+    request: Mapping[str, Any], names: ResponsesToolNames, options: LoweringOptions
+) -> dict[str, Any]:
     choice = names.resolve_choice(request.get("tool_choice"))  # 400s even with no tools
     tools = names.tools
     tool_choice: Any = choice.mode
     if choice.allowed is not None:
-        if len(choice.allowed) == 1 and choice.mode == "required":
+        forced = len(choice.allowed) == 1 and choice.mode == "required"
+        if forced and options.tool_choice_object:
             tool_choice = {"type": "function", "function": {"name": choice.allowed[0]}}
         else:  # filtering the list is the one form of allowed_tools every backend accepts
+            # (llama.cpp reads a named object as "auto": "required" over the narrowed list)
             allowed = set(choice.allowed)
             tools = [t for t in tools if t.name in allowed]
     if not tools:
@@ -329,7 +390,9 @@ def _sampling(request: Mapping[str, Any], options: LoweringOptions) -> dict[str,
             out["response_format"] = response_format
     reasoning = request.get("reasoning")
     if isinstance(reasoning, Mapping) and isinstance(reasoning.get("effort"), str):
-        out["reasoning_effort"] = reasoning["effort"]
+        effort = nearest_effort(reasoning["effort"], options.efforts)
+        if effort is not None:
+            out["reasoning_effort"] = effort
     return out
 
 

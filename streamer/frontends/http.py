@@ -46,6 +46,22 @@ def json_response(
     )
 
 
+# What aiohttp decodes (zstd via backports.zstd, br via brotli, both dependencies): one
+# coding exactly; it passes anything else through as is, which would then fail as bad JSON.
+BODY_CODINGS = ("", "identity", "gzip", "deflate", "br", "zstd")
+
+
+def _check_coding(header: str) -> None:
+    """One known Content-Encoding (Codex sends zstd), or a 415 naming the ones taken."""
+    if header.strip().lower() not in BODY_CODINGS:
+        raise RequestError(
+            f"Unsupported Content-Encoding {header.strip()!r}: send one of zstd, gzip, "
+            "deflate or br (one coding), or none.",
+            status=415,
+            code="unsupported_content_encoding",
+        )
+
+
 async def read_json(request: web.Request) -> Any:
     """The request body as JSON, or a 4xx that says what is wrong with it."""
     ctype = request.content_type
@@ -57,6 +73,7 @@ async def read_json(request: web.Request) -> Any:
             status=415,
             code="unsupported_media_type",
         )
+    _check_coding(request.headers.get("Content-Encoding", ""))
     limit = request.app[GATEWAY].settings.client_body_timeout
     try:
         async with asyncio.timeout(limit):

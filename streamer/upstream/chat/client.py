@@ -94,6 +94,7 @@ class ChatUpstream:
         json_budget: ByteBudget | None = None,
     ) -> None:
         self.base_url = base_url.rstrip("/")
+        self.stream_usage = True  # ask for `stream_options.include_usage` (profiles.py)
         self._parts = parts = urlsplit(self.base_url)  # the pools take it parsed
         self._proxy = proxy  # None: direct (see `proxy.select_proxy`)
         self._forward_proxy = proxy is not None and parts.scheme != "https"
@@ -172,10 +173,13 @@ class ChatUpstream:
         body = dict(chat_request)
         body["stream"] = True
         options = body.get("stream_options")
-        body["stream_options"] = {
-            **(options if isinstance(options, dict) else {}),
-            "include_usage": True,
-        }
+        if self.stream_usage:
+            body["stream_options"] = {
+                **(options if isinstance(options, dict) else {}),
+                "include_usage": True,
+            }
+        else:  # the profile drops it (a backend that rejects `stream_options`)
+            body.pop("stream_options", None)
         data = orjson.dumps(body)
         pool = self.pool_for(client)
         if headers:
