@@ -32,6 +32,7 @@ from streamer.core.errors import RequestError
 from streamer.core.sse import SSEDecoder, SSEError, SSEMessage
 from streamer.redact import scrub
 from streamer.upstream.chat.chunk_shapes import NO_SHAPE, learn_arguments, learn_text
+from streamer.upstream.chat.error_shapes import CONTEXT_OVERFLOW, is_context_overflow, is_rejection
 
 INVALID_CHUNK = "invalid_upstream_chunk"
 INVALID_ENCODING = "invalid_upstream_encoding"  # a compressed stream that stops decoding
@@ -416,16 +417,19 @@ def http_error(
     if not (isinstance(message, str) and message):
         text = scrub(raw.decode("utf-8", "replace").strip(), secrets)[:_ERROR_TEXT]
         message = f"The backend answered HTTP {status}" + (f": {text}" if text else ".")
-    type_ = details.get("type")
-    code = details.get("code")
+    type_ = _text(details.get("type")) or None
+    code = _text(details.get("code")) or None
     param = details.get("param")
+    if is_context_overflow(type_, message) or is_context_overflow(code, message):
+        code = CONTEXT_OVERFLOW
+        status, type_ = (400, "invalid_request_error") if status >= 500 else (status, type_)
+    elif status >= 500 and is_rejection(message):  # sent again it fails again: a 4xx
+        status, type_ = 400, "invalid_request_error"
     return RequestError(
         message,
         status=status,
-        type=type_
-        if isinstance(type_, str) and type_
-        else ("server_error" if status >= 500 else "invalid_request_error"),
-        code=code if isinstance(code, str) and code else None,
+        type=type_ or ("server_error" if status >= 500 else "invalid_request_error"),
+        code=code,
         param=param if isinstance(param, str) and param else None,
         headers=kept,
     )
@@ -439,15 +443,14 @@ def payload_error(obj: dict[str, Any]) -> UpstreamError | None:
     if err is None:
         return None
     if isinstance(err, str):
-        return UpstreamError("server_error", err or "The backend reported an error.")
+        kind = CONTEXT_OVERFLOW if is_context_overflow(None, err) else "server_error"
+        return UpstreamError(kind, err or "The backend reported an error.")
     if not isinstance(err, dict):
         return UpstreamError("server_error", "The backend reported an error.")
-    code = err.get("code")
-    if not (isinstance(code, str) and code):
-        code = err.get("type")
-    if not (isinstance(code, str) and code):
-        code = "server_error"
+    code = _text(err.get("code")) or _text(err.get("type")) or "server_error"
     message = _text(err.get("message")) or "The backend reported an error."
+    if is_context_overflow(code, message) or is_context_overflow(_text(err.get("type")), ""):
+        code = CONTEXT_OVERFLOW
     return UpstreamError(code, message)
 
 
