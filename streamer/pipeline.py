@@ -260,7 +260,8 @@ def prepare(
     chat_request = lower(request, items, names, options.lowering)
     response = new_response(request, response_id=response_id)
     limits = OutputLimits(options.max_output_bytes, options.max_output_items)
-    streamer = OutputItemStreamer(names, response, limits=limits)
+    prompt = {k: chat_request[k] for k in ("messages", "tools") if k in chat_request}
+    streamer = OutputItemStreamer(names, response, limits=limits, prompt=prompt)
     return Turn(request, items, names, chat_request, streamer, max_seconds=options.max_turn_seconds)
 
 

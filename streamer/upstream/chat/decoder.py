@@ -53,14 +53,62 @@ _loads = orjson.loads
 _JSONDecodeError = orjson.JSONDecodeError
 
 
+class CallIndexes:
+    """A backend's tool-call indexes -> the stream's own, one per call.
+
+    Most backends number calls 0, 1, ...; Ollama (and others) send every call at index 0,
+    or with no index at all, `id` only on a call's first chunk. A call is new when its
+    index is new, when an `id` differs from the one its index had, or (no `id` at all)
+    when a name comes with arguments that are a whole JSON object after that index's
+    call already had arguments: a whole call in one chunk.
+    """
+
+    __slots__ = ("_at", "_next", "_used")
+
+    def __init__(self) -> None:
+        self._at: dict[int, list[Any]] = {}  # backend index -> [own index, id, had arguments]
+        self._used: set[int] = set()
+        self._next = 0
+
+    def index(self, delta: ToolCallDelta) -> tuple[ToolCallDelta, bool]:
+        """The delta under the stream's own index, and whether that opened a new call at
+        an index already used (a learnt argument shape is then stale)."""
+        state = self._at.get(delta.index)
+        renumbered = state is not None and self._new_call(state, delta)
+        if state is None or renumbered:
+            own = delta.index if delta.index not in self._used else self._next
+            self._used.add(own)
+            self._next = max(self._next, own + 1)
+            state = self._at[delta.index] = [own, delta.id, False]
+        elif delta.id and state[1] is None:
+            state[1] = delta.id
+        if delta.arguments:
+            state[2] = True
+        if state[0] != delta.index:
+            delta = ToolCallDelta(state[0], delta.id, delta.name, delta.arguments)
+        return delta, renumbered
+
+    @staticmethod
+    def _new_call(state: list[Any], delta: ToolCallDelta) -> bool:
+        if delta.id:
+            return state[1] is not None and delta.id != state[1]
+        if not (delta.name and state[2] and delta.arguments.startswith("{")):
+            return False
+        try:
+            return isinstance(_loads(delta.arguments), dict)
+        except _JSONDecodeError:
+            return False
+
+
 class ChatChunkDecoder:
     """One per backend stream. `done` is set by `[DONE]`, `finished` by a finish reason."""
 
-    __slots__ = ("_args", "_lessons", "_text", "done", "finished")
+    __slots__ = ("_args", "_calls", "_lessons", "_text", "done", "finished")
 
     def __init__(self) -> None:
         self.done = False
         self.finished = False
+        self._calls = CallIndexes()
         self._text = NO_SHAPE  # the stream's text chunk, once seen (chunk_shapes)
         self._args = NO_SHAPE  # its argument-fragment chunk
         self._lessons = _LESSONS
@@ -153,6 +201,8 @@ class ChatChunkDecoder:
                     delta = choice.get("delta")
                     if isinstance(delta, dict):
                         _message_deltas(delta, out)
+                        if "tool_calls" in delta:
+                            self._renumber(out)
                     reason = choice.get("finish_reason")
                     if reason and isinstance(reason, str):
                         self.finished = True
@@ -162,6 +212,13 @@ class ChatChunkDecoder:
         if usage and isinstance(usage, dict):
             out.append(decode_usage(usage))
         return out
+
+    def _renumber(self, out: list[Delta]) -> None:
+        for i, delta in enumerate(out):
+            if delta.__class__ is ToolCallDelta:
+                out[i], renumbered = self._calls.index(delta)
+                if renumbered:
+                    self._args = NO_SHAPE
 
     def _learn(self, payload: bytes, obj: dict[str, Any], delta: Delta) -> None:
         """Learn the shape of a per-token chunk: one choice whose only output is one piece of
@@ -474,9 +531,11 @@ def decode_usage(usage: dict[str, Any]) -> Usage:
 
 
 def _message_deltas(delta: dict[str, Any], out: list[Delta]) -> None:
-    reasoning = delta.get("reasoning_content")
+    reasoning = delta.get("reasoning_content")  # DeepSeek, Kimi, llama.cpp, SGLang
     if not (reasoning and isinstance(reasoning, str)):
         reasoning = delta.get("reasoning")  # vLLM >= 0.10, Ollama, OpenRouter
+    if not (reasoning and isinstance(reasoning, str)):
+        reasoning = _details_text(delta.get("reasoning_details"))  # OpenRouter, Kimi
     if reasoning and isinstance(reasoning, str):
         out.append(ReasoningDelta(reasoning))
     content = delta.get("content")
@@ -512,6 +571,22 @@ def _tool_call(call: dict[str, Any], position: int) -> ToolCallDelta:
         name=name if isinstance(name, str) and name else None,
         arguments=arguments,
     )
+
+
+_DETAIL_TEXT = {"reasoning.text": "text", "reasoning.summary": "summary"}
+
+
+def _details_text(details: Any) -> str:
+    """The readable text of `reasoning_details` (encrypted entries carry none)."""
+    if not isinstance(details, list):
+        return ""
+    out = []
+    for detail in details:
+        if isinstance(detail, dict):
+            key = _DETAIL_TEXT.get(detail.get("type"), "text")  # type: ignore[arg-type]
+            if isinstance(detail.get(key), str):
+                out.append(detail[key])
+    return "".join(out)
 
 
 def _parts_text(content: Any) -> str:
