@@ -211,7 +211,14 @@ SETTINGS: tuple[Setting, ...] = (
         "--idle-timeout",
         "idle_timeout",
         300.0,
-        "Seconds the backend may stay silent mid-stream.",
+        "Seconds the backend may stay silent mid-stream, once its first byte came.",
+        float,
+    ),
+    Setting(
+        "--first-byte-timeout",
+        "first_byte_timeout",
+        300.0,
+        "Seconds to wait for the backend's first byte of an answer (reading a long prompt).",
         float,
     ),
     Setting("--store", "store", "memory", "Response store: memory, or redis://host:port/db."),
@@ -332,6 +339,7 @@ class Settings:
     max_backend_json_bytes: int = 256 * 1024 * 1024
     replay_reasoning: bool = True
     idle_timeout: float = 300.0
+    first_byte_timeout: float = 300.0
     store: str = "memory"
     store_ttl: int = 3600
     ws_max_message_bytes: int = 16 * 1024 * 1024

@@ -19,6 +19,7 @@ from collections.abc import AsyncGenerator, AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from streamer.core.deltas import Usage
 from streamer.core.errors import RequestError, invalid
 from streamer.core.events import Event
 from streamer.core.lowering import LoweringOptions, lower, normalize_input
@@ -428,5 +429,8 @@ def _settle(turn: Turn, end: bool) -> list[Event]:
 
 
 def warmup(turn: Turn) -> list[Event]:
-    """WebSocket `generate:false`: created then completed, empty output, no backend call."""
-    return turn.streamer.start(in_progress=False) + turn.streamer.finish()
+    """WebSocket `generate:false`: created then completed, empty output, no backend call
+    (so no usage at all, not an estimate)."""
+    events = turn.streamer.start(in_progress=False)
+    turn.streamer.feed([Usage()])
+    return events + turn.streamer.finish()

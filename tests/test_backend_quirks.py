@@ -13,7 +13,7 @@ import pytest
 from builders import client_session, parse_sse, sse_events
 from harness import GatewayHarness
 from openai import AsyncOpenAI
-from scripted_backend import DONE, Gate, Status, chunk, finish, text_chunks, usage
+from scripted_backend import DONE, HANG, Gate, Sleep, Status, chunk, finish, text_chunks, usage
 
 TOOLS: list[dict[str, Any]] = [
     {"type": "function", "name": "get", "parameters": {"type": "object"}},
@@ -297,3 +297,25 @@ async def test_no_usage_chunk_gives_an_estimate(gw: GatewayHarness) -> None:
     assert usage_["output_tokens"] == 10  # 40 characters, 4 a token
     assert usage_["input_tokens"] >= 120 // 4
     assert usage_["total_tokens"] == usage_["input_tokens"] + usage_["output_tokens"]
+
+
+# -- timeouts by phase ------------------------------------------------------------------
+
+
+async def test_first_byte_timeout_covers_a_long_prompt_read() -> None:
+    """The head comes at once, then nothing while the backend reads the prompt: longer than
+    the idle timeout, within the first-byte timeout, so the answer still comes."""
+    async with GatewayHarness(idle_timeout=0.1, first_byte_timeout=60.0) as gw:
+        gw.backend.script([Sleep(0.5), *text_chunks(["ok"]), finish(), DONE])
+        events = await sse_events(gw.url, {"model": "m", "input": "hi"})
+    assert events[-1]["type"] == "response.completed"
+
+
+async def test_idle_timeout_applies_once_bytes_came() -> None:
+    """llama.cpp after SIGTERM: it streamed, then went silent; the idle timeout ends it."""
+    async with GatewayHarness(idle_timeout=0.2, first_byte_timeout=60.0) as gw:
+        gw.backend.script([*text_chunks(["partial"]), HANG])
+        events = await sse_events(gw.url, {"model": "m", "input": "hi"})
+    assert events[-1]["type"] == "response.failed"
+    error = events[-1]["response"]["error"]
+    assert "0.2 s" in error["message"]

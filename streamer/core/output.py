@@ -494,7 +494,9 @@ class OutputItemStreamer:
         response["status"] = status
         if status == "completed":
             response["completed_at"] = int(time.time())
-        u = self._usage or estimate_usage(self._prompt, self._output)
+        u = self._usage
+        if u is None:
+            u = estimate_usage(self._prompt, self._output)
         response["usage"] = usage_object(
             u.input_tokens,
             u.output_tokens,

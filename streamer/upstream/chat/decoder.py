@@ -275,14 +275,16 @@ class ChatDecoder:
         "_backlog",
         "_batch",
         "_chat",
+        "_fed",
         "_sse",
         "broken",
         "ended",
         "failed",
+        "first_byte_timeout",
         "idle_timeout",
     )
 
-    def __init__(self, idle_timeout: float = 300) -> None:
+    def __init__(self, idle_timeout: float = 300, first_byte_timeout: float | None = None) -> None:
         self._sse = SSEDecoder()
         self._chat = ChatChunkDecoder()
         self._backlog: list[bytes | SSEMessage] = []  # events not decoded yet, from `_at` on
@@ -292,6 +294,8 @@ class ChatDecoder:
         self.failed = False
         self.broken = False  # ended without a whole answer: cut short, or its framing broke
         self.idle_timeout = idle_timeout
+        self.first_byte_timeout = idle_timeout if first_byte_timeout is None else first_byte_timeout
+        self._fed = False  # a body byte came: from then on the idle timeout is the one
 
     @property
     def done(self) -> bool:
@@ -306,6 +310,7 @@ class ChatDecoder:
         """The first batch of the deltas that `data` completes."""
         if self.ended:
             return []
+        self._fed = True
         try:
             messages = self._sse.payloads(data)
         except SSEError as exc:
@@ -350,7 +355,8 @@ class ChatDecoder:
 
     def _cut(self, cause: EndCause, detail: str) -> tuple[str, str]:
         if cause is EndCause.TIMEOUT:
-            return "upstream_timeout", f"The backend sent nothing for {self.idle_timeout:g} s."
+            seconds = self.idle_timeout if self._fed else self.first_byte_timeout
+            return "upstream_timeout", f"The backend sent nothing for {seconds:g} s."
         if cause is EndCause.UNDECODABLE:
             return INVALID_ENCODING, f"The backend's answer broke off: {detail}."
         if cause is EndCause.INVALID:
