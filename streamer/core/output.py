@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import sys
 import time
+from collections import deque
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -99,6 +100,9 @@ class OutputItemStreamer:
         self._open: Item | None = None
         self._hot: Part | None = None  # the open part, while deltas may go straight to it
         self._calls: dict[int, Call] = {}
+        # Calls not finished yet, in the order they started; None once a call started at a
+        # lower index than one before it (then all wait for the end, sorted by index).
+        self._waiting: deque[Call] | None = deque()
         self._live: Call | None = None  # the function call streaming its arguments now
         self._deferred: list[Delta] = []  # text that arrived while tool calls were open
         self._call_ids: set[str] = set()
@@ -292,8 +296,8 @@ class OutputItemStreamer:
         if call is None:
             if not self._new_item():
                 return
-            self._finish_before(delta.index)
             call = self._calls[delta.index] = Call(delta.index)
+            self._started(call)
         elif call.emitted:  # more of a call already finished (its arguments were whole)
             return
         if delta.id and call.call_id is None:
@@ -324,19 +328,28 @@ class OutputItemStreamer:
             call.delta = DeltaTemplate(ARGUMENTS_DELTA, where)
             self._delta(call.delta, "".join(call.args))
 
-    def _finish_before(self, index: int) -> None:
+    def _started(self, new: Call) -> None:
         """A call at a higher index starts: the calls before it whose arguments are whole
         JSON are finished (llama.cpp and vLLM send calls one after another), in order, up to
         the first that is not (a backend that interleaves calls), so the next can stream."""
-        for call in sorted(self._calls.values(), key=lambda c: c.index):
-            if call.emitted:
-                continue
-            if call.index > index or not call.name or not _whole_json("".join(call.args)):
-                return
+        waiting = self._waiting
+        if waiting is None:
+            return
+        if waiting and waiting[-1].index > new.index:
+            self._waiting = None  # out of order: the end sorts them
+            return
+        while waiting and not waiting[0].emitted:
+            call = waiting[0]
+            if not call.name or not _whole_json("".join(call.args)):
+                break
+            waiting.popleft()
             self._close_open("completed")
             self._close_call(call, "completed")
             if call is self._live:
                 self._live = None
+        while waiting and waiting[0].emitted:
+            waiting.popleft()
+        waiting.append(new)
 
     def _on_finish(self, delta: Finish) -> None:
         self._finish = delta.reason
