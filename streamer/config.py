@@ -217,8 +217,9 @@ SETTINGS: tuple[Setting, ...] = (
     Setting(
         "--first-byte-timeout",
         "first_byte_timeout",
-        300.0,
-        "Seconds to wait for the backend's first byte of an answer (reading a long prompt).",
+        0.0,
+        "Seconds to wait for the backend's first byte of an answer (it may read a long "
+        "prompt first); 0: the idle timeout.",
         float,
     ),
     Setting("--store", "store", "memory", "Response store: memory, or redis://host:port/db."),
@@ -339,7 +340,7 @@ class Settings:
     max_backend_json_bytes: int = 256 * 1024 * 1024
     replay_reasoning: bool = True
     idle_timeout: float = 300.0
-    first_byte_timeout: float = 300.0
+    first_byte_timeout: float = 0.0
     store: str = "memory"
     store_ttl: int = 3600
     ws_max_message_bytes: int = 16 * 1024 * 1024
