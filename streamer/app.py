@@ -196,6 +196,7 @@ async def _start(app: web.Application) -> None:
         base_url,
         api_key=settings.upstream_api_key,
         idle_timeout=settings.idle_timeout,
+        first_byte_timeout=settings.first_byte_timeout or None,  # 0: the idle timeout
         **_client_contract(settings),
         proxy=proxy,
         keepalive=settings.upstream_keepalive,

@@ -257,7 +257,15 @@ SETTINGS: tuple[Setting, ...] = (
         "--idle-timeout",
         "idle_timeout",
         300.0,
-        "Seconds the backend may stay silent mid-stream.",
+        "Seconds the backend may stay silent mid-stream, once its first byte came.",
+        float,
+    ),
+    Setting(
+        "--first-byte-timeout",
+        "first_byte_timeout",
+        0.0,
+        "Seconds to wait for the backend's first byte of an answer (it may read a long "
+        "prompt first); 0: the idle timeout.",
         float,
     ),
     Setting("--store", "store", "memory", "Response store: memory, or redis://host:port/db."),
@@ -384,6 +392,7 @@ class Settings:
     drop_params: str | None = None
     replay_reasoning: bool = True
     idle_timeout: float = 300.0
+    first_byte_timeout: float = 0.0
     store: str = "memory"
     store_ttl: int = 3600
     ws_max_message_bytes: int = 16 * 1024 * 1024

@@ -19,6 +19,7 @@ from collections.abc import AsyncGenerator, AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from streamer.core.deltas import Usage
 from streamer.core.errors import RequestError, invalid
 from streamer.core.events import Event
 from streamer.core.lowering import LoweringOptions, lower, normalize_input
@@ -261,7 +262,8 @@ def prepare(
     chat_request = lower(request, items, names, options.lowering)
     response = new_response(request, response_id=response_id)
     limits = OutputLimits(options.max_output_bytes, options.max_output_items)
-    streamer = OutputItemStreamer(names, response, limits=limits)
+    prompt = {k: chat_request[k] for k in ("messages", "tools") if k in chat_request}
+    streamer = OutputItemStreamer(names, response, limits=limits, prompt=prompt)
     return Turn(request, items, names, chat_request, streamer, max_seconds=options.max_turn_seconds)
 
 
@@ -429,5 +431,8 @@ def _settle(turn: Turn, end: bool) -> list[Event]:
 
 
 def warmup(turn: Turn) -> list[Event]:
-    """WebSocket `generate:false`: created then completed, empty output, no backend call."""
-    return turn.streamer.start(in_progress=False) + turn.streamer.finish()
+    """WebSocket `generate:false`: created then completed, empty output, no backend call
+    (so no usage at all, not an estimate)."""
+    events = turn.streamer.start(in_progress=False)
+    turn.streamer.feed([Usage()])
+    return events + turn.streamer.finish()

@@ -144,9 +144,10 @@ def test_alternating_items_stop_at_the_limit() -> None:
 
 def held_call_bytes(count: int) -> tuple[float, float]:
     """Bytes per call: held while buffered, and at the peak of the finish that emits them."""
-    batches = [
+    # Every call starts before any has arguments (a backend that interleaves calls), so
+    # all are held until the finish; calls sent one after another would go out as they end.
+    batches = [[ToolCallDelta(i, f"call_{i:08d}", "f", "") for i in range(count)]] + [
         [
-            ToolCallDelta(i, f"call_{i:08d}", "f", ""),
             ToolCallDelta(i, None, None, f'{{"a": {i},'),
             ToolCallDelta(i, None, None, ' "b": "xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx"}'),
         ]

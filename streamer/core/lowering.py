@@ -175,7 +175,7 @@ class _Messages:
         raw = item.get("arguments")
         if kind == "function_call":
             flat = self.names.encode(item.get("namespace") or None, item["name"], "function")
-            arguments = raw or ""
+            arguments = self.whole_arguments(raw or "", item)
         elif kind == "custom_tool_call":
             flat = self.names.encode(item.get("namespace") or None, item["name"], "custom")
             arguments = _json({"input": item.get("input") or ""}, f"input[{index}].input")
@@ -191,6 +191,21 @@ class _Messages:
             self.search_ids.append(call_id)
         function = {"name": flat, "arguments": arguments}
         return {"id": call_id, "type": "function", "function": function}
+
+    def whole_arguments(self, arguments: str, item: dict[str, Any]) -> str:
+        """Replayed arguments a backend can parse: a call cut off mid-arguments (its answer
+        ended on `length`) is sent with `{}`, and a note in the assistant's text says so."""
+        if not arguments.strip():
+            return arguments
+        try:
+            orjson.loads(arguments)
+        except orjson.JSONDecodeError:
+            self.open().append(
+                f"(The call to {item['name']} was cut off before its arguments were complete;"
+                " they were not valid JSON and are dropped.)"
+            )
+            return "{}"
+        return arguments
 
     def search_name(self) -> str:
         for tool in self.names.tools:

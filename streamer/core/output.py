@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import sys
 import time
+from collections import deque
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -56,6 +57,7 @@ from streamer.core.response import new_id, usage_object
 from streamer.core.tools import ResponsesToolNames
 
 _dumps = orjson.dumps
+_loads = orjson.loads
 # `Event(...)` goes through the NamedTuple's Python-level __new__; this is the C one
 # (0.1 us an event; tests/test_output_fast_path.py compares the events either way).
 _event = tuple.__new__
@@ -85,8 +87,10 @@ class OutputItemStreamer:
         *,
         make_id: Callable[[str], str] = new_id,
         limits: OutputLimits | None = None,
+        prompt: Any = None,
     ) -> None:
         limits = limits or OutputLimits()
+        self._prompt = prompt  # what was sent (JSON-able): usage is estimated from it if need be
         self.names = names
         self.response = response
         self._make_id = make_id
@@ -96,6 +100,9 @@ class OutputItemStreamer:
         self._open: Item | None = None
         self._hot: Part | None = None  # the open part, while deltas may go straight to it
         self._calls: dict[int, Call] = {}
+        # Calls not finished yet, in the order they started; None once a call started at a
+        # lower index than one before it (then all wait for the end, sorted by index).
+        self._waiting: deque[Call] | None = deque()
         self._live: Call | None = None  # the function call streaming its arguments now
         self._deferred: list[Delta] = []  # text that arrived while tool calls were open
         self._call_ids: set[str] = set()
@@ -290,6 +297,9 @@ class OutputItemStreamer:
             if not self._new_item():
                 return
             call = self._calls[delta.index] = Call(delta.index)
+            self._started(call)
+        elif call.emitted:  # more of a call already finished (its arguments were whole)
+            return
         if delta.id and call.call_id is None:
             call.call_id = self._fit(delta.id)
         # Some backends repeat the whole name on every fragment; a name only grows
@@ -317,6 +327,29 @@ class OutputItemStreamer:
             where = {"item_id": item["id"], "output_index": len(self._output)}
             call.delta = DeltaTemplate(ARGUMENTS_DELTA, where)
             self._delta(call.delta, "".join(call.args))
+
+    def _started(self, new: Call) -> None:
+        """A call at a higher index starts: the calls before it whose arguments are whole
+        JSON are finished (llama.cpp and vLLM send calls one after another), in order, up to
+        the first that is not (a backend that interleaves calls), so the next can stream."""
+        waiting = self._waiting
+        if waiting is None:
+            return
+        if waiting and waiting[-1].index > new.index:
+            self._waiting = None  # out of order: the end sorts them
+            return
+        while waiting and not waiting[0].emitted:
+            call = waiting[0]
+            if not call.name or not _whole_json("".join(call.args)):
+                break
+            waiting.popleft()
+            self._close_open("completed")
+            self._close_call(call, "completed")
+            if call is self._live:
+                self._live = None
+        while waiting and waiting[0].emitted:
+            waiting.popleft()
+        waiting.append(new)
 
     def _on_finish(self, delta: Finish) -> None:
         self._finish = delta.reason
@@ -436,13 +469,16 @@ class OutputItemStreamer:
     # -- closing ------------------------------------------------------------------
 
     def _close_all(self, status: str) -> None:
-        """Close the open item, every call in backend order, then any deferred text."""
+        """Close the open item, every call in backend order, then any deferred text.
+
+        Ending `incomplete`, a call whose arguments are whole JSON is still `completed`:
+        only the call the cut went through is `incomplete`."""
         self._close_open(status)
         if self._live is not None:
-            self._close_call(self._live, status)
+            self._close_call(self._live, self._call_status(self._live, status))
         for call in sorted(self._calls.values(), key=lambda c: c.index):
             if not call.emitted:
-                self._close_call(call, status)
+                self._close_call(call, self._call_status(call, status))
         self._live = None
         # What closing replays was counted when it came; nothing is refused from here.
         self._left = self._items_left = sys.maxsize
@@ -452,6 +488,12 @@ class OutputItemStreamer:
             for delta in deferred:
                 self._handlers[type(delta)](delta)
             self._close_open(status)
+
+    @staticmethod
+    def _call_status(call: Call, status: str) -> str:
+        if status == "incomplete" and _whole_json("".join(call.args)):
+            return "completed"
+        return status
 
     def _done_item(self, item: dict[str, Any], output_index: int, status: str) -> None:
         item["status"] = status
@@ -465,7 +507,9 @@ class OutputItemStreamer:
         response["status"] = status
         if status == "completed":
             response["completed_at"] = int(time.time())
-        u = self._usage or Usage()
+        u = self._usage
+        if u is None:
+            u = estimate_usage(self._prompt, self._output)
         response["usage"] = usage_object(
             u.input_tokens,
             u.output_tokens,
@@ -503,3 +547,34 @@ class OutputItemStreamer:
     def _take(self) -> list[Event]:
         events, self._events = self._events, []
         return events
+
+
+def _whole_json(arguments: str) -> bool:
+    """`arguments` parse as one JSON value (a call's arguments are complete)."""
+    if not arguments:
+        return False
+    try:
+        _loads(arguments)
+    except orjson.JSONDecodeError:
+        return False
+    return True
+
+
+CHARS_PER_TOKEN = 4  # the usage estimate's heuristic: ~4 characters of JSON/text a token
+
+
+def estimate_usage(prompt: Any, output: list[dict[str, Any]]) -> Usage:
+    """Usage for a backend that sent none: the prompt's JSON and the output's text (and
+    arguments), at `CHARS_PER_TOKEN` characters a token, rounded up. An estimate, not zeros:
+    clients that budget the context on `usage` keep working."""
+    sent = len(_dumps(prompt)) if prompt is not None else 0
+    made = 0
+    for item in output:
+        for part in item.get("content") or ():
+            made += len(part.get("text") or part.get("refusal") or "")
+        for key in ("arguments", "input"):
+            value = item.get(key)
+            made += len(value) if isinstance(value, str) else 0
+    return Usage(
+        input_tokens=-(-sent // CHARS_PER_TOKEN), output_tokens=-(-made // CHARS_PER_TOKEN)
+    )

@@ -7,6 +7,7 @@ arguments, and the failure codes clients act on.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from typing import Any
 
@@ -169,9 +170,32 @@ def custom_input(arguments: str) -> str:
     try:
         value = orjson.loads(arguments)
     except orjson.JSONDecodeError:
-        return arguments
+        return _cut_input(arguments)
     if isinstance(value, dict) and isinstance(value.get("input"), str):
         return value["input"]
+    return arguments
+
+
+_CUT_INPUT = re.compile(r'\s*\{\s*"input"\s*:\s*"')
+_LONGEST_ESCAPE = 6  # `\uXXXX`: what a cut may leave of an escape
+
+
+def _cut_input(arguments: str) -> str:
+    """The input string so far of a wrapper cut off inside it (`{"input": "abc`), else the
+    raw text (a model that answered the wrapper with the raw input)."""
+    start = _CUT_INPUT.match(arguments)
+    if start is None:
+        return arguments
+    body = arguments[start.end() :]
+    for cut in range(_LONGEST_ESCAPE + 1):
+        head = body[: len(body) - cut]
+        for end in ('"', ""):
+            try:
+                value = orjson.loads('"' + head + end)
+            except orjson.JSONDecodeError:
+                continue
+            if isinstance(value, str):
+                return value
     return arguments
 
 

@@ -85,6 +85,7 @@ class ChatUpstream:
         api_key: str | None = None,
         connect_timeout: float = 10,
         idle_timeout: float = 300,
+        first_byte_timeout: float | None = None,
         max_connections: int = 0,
         keepalive: bool = True,
         client_pools: int = 256,
@@ -104,9 +105,12 @@ class ChatUpstream:
         self._port = parts.port or (443 if parts.scheme == "https" else 80)
         self._path = parts.path
         self.connect_timeout = connect_timeout
-        # bounds both the wait for the response head and every gap between body reads; it
-        # does not run while reading is paused by flow control, so a slow client is not idle
+        # `first_byte_timeout` bounds the wait for the answer's first body byte (the head
+        # may come first; a backend reading a long prompt sends nothing), `idle_timeout`
+        # every gap between body reads after it (llama.cpp goes silent after SIGTERM); they
+        # do not run while reading is paused by flow control, so a slow client is not idle
         self.idle_timeout = idle_timeout
+        self.first_byte_timeout = idle_timeout if first_byte_timeout is None else first_byte_timeout
         self._api_key = api_key
         self._keepalive = keepalive  # False: a new connection per request, nothing shared
         self._client_pools = client_pools  # most client identities with a pool of their own
@@ -191,7 +195,9 @@ class ChatUpstream:
             )
         else:
             head = self._chat_head + b"Content-Length: %d\r\n\r\n" % len(data)
-        raw_resp = await self._request(pool, head + data, self.idle_timeout)
+        raw_resp = await self._request(
+            pool, head + data, self.first_byte_timeout, self.idle_timeout
+        )
         resp: Response | DecodedResponse = raw_resp
         try:
             if resp.status >= 300:
@@ -207,7 +213,12 @@ class ChatUpstream:
                     self.json_budget.give(len(raw))
                 resp.release()
                 return ChatStream.answered(deltas)
-            return await ChatStream.reading(resp, idle_timeout=self.idle_timeout, on_raw=on_raw)
+            return await ChatStream.reading(
+                resp,
+                idle_timeout=self.idle_timeout,
+                on_raw=on_raw,
+                first_byte_timeout=self.first_byte_timeout,
+            )
         except BaseException:
             resp.release()  # kept if the whole body is in, else cut
             raise
@@ -309,9 +320,11 @@ class ChatUpstream:
         head = pool.head("GET", self._path + "/models", self._headers(headers or {}, pool), None)
         return await self._request(pool, head, timeout)
 
-    async def _request(self, pool: ConnectionPool, payload: bytes, timeout: float) -> Response:
+    async def _request(
+        self, pool: ConnectionPool, payload: bytes, timeout: float, idle: float | None = None
+    ) -> Response:
         try:
-            return await pool.request(payload, timeout)
+            return await pool.request(payload, timeout, idle)
         except ConnectError as exc:
             raise self._unreachable(exc.reason) from None
         except ReadTimeout:
@@ -361,7 +374,7 @@ class ChatUpstream:
         )
 
     def _timed_out(self) -> RequestError:
-        message = f"The backend did not answer within {self.idle_timeout:g} s."
+        message = f"The backend did not answer within {self.first_byte_timeout:g} s."
         return server_error(message, 504, "upstream_timeout")
 
     def _closed_early(self, doing: str) -> RequestError:
@@ -395,10 +408,11 @@ class ChatStream:
         idle_timeout: float = 300,
         on_raw: Callable[[bytes], None] | None = None,
         first: Batch | None = None,
+        first_byte_timeout: float | None = None,
     ) -> None:
         self._resp = response
         self._on_raw = on_raw
-        self._decoder = ChatDecoder(idle_timeout)
+        self._decoder = ChatDecoder(idle_timeout, first_byte_timeout)
         self.first = first
 
     @classmethod
@@ -408,10 +422,16 @@ class ChatStream:
         *,
         idle_timeout: float = 300,
         on_raw: Callable[[bytes], None] | None = None,
+        first_byte_timeout: float | None = None,
     ) -> ChatStream:
         """The stream of an event-stream answer, its first batch decoded if its first bytes
         came with the head (that read does not wait)."""
-        stream = cls(response, idle_timeout=idle_timeout, on_raw=on_raw)
+        stream = cls(
+            response,
+            idle_timeout=idle_timeout,
+            on_raw=on_raw,
+            first_byte_timeout=first_byte_timeout,
+        )
         if response.buffered:
             deltas = await stream._read(response)
             decoder = stream._decoder

@@ -32,6 +32,7 @@ from streamer.core.errors import RequestError
 from streamer.core.sse import SSEDecoder, SSEError, SSEMessage
 from streamer.redact import scrub
 from streamer.upstream.chat.chunk_shapes import NO_SHAPE, learn_arguments, learn_text
+from streamer.upstream.chat.error_shapes import CONTEXT_OVERFLOW, is_context_overflow, is_rejection
 
 INVALID_CHUNK = "invalid_upstream_chunk"
 INVALID_ENCODING = "invalid_upstream_encoding"  # a compressed stream that stops decoding
@@ -52,14 +53,62 @@ _loads = orjson.loads
 _JSONDecodeError = orjson.JSONDecodeError
 
 
+class CallIndexes:
+    """A backend's tool-call indexes -> the stream's own, one per call.
+
+    Most backends number calls 0, 1, ...; Ollama (and others) send every call at index 0,
+    or with no index at all, `id` only on a call's first chunk. A call is new when its
+    index is new, when an `id` differs from the one its index had, or (no `id` at all)
+    when a name comes with arguments that are a whole JSON object after that index's
+    call already had arguments: a whole call in one chunk.
+    """
+
+    __slots__ = ("_at", "_next", "_used")
+
+    def __init__(self) -> None:
+        self._at: dict[int, list[Any]] = {}  # backend index -> [own index, id, had arguments]
+        self._used: set[int] = set()
+        self._next = 0
+
+    def index(self, delta: ToolCallDelta) -> tuple[ToolCallDelta, bool]:
+        """The delta under the stream's own index, and whether that opened a new call at
+        an index already used (a learnt argument shape is then stale)."""
+        state = self._at.get(delta.index)
+        renumbered = state is not None and self._new_call(state, delta)
+        if state is None or renumbered:
+            own = delta.index if delta.index not in self._used else self._next
+            self._used.add(own)
+            self._next = max(self._next, own + 1)
+            state = self._at[delta.index] = [own, delta.id, False]
+        elif delta.id and state[1] is None:
+            state[1] = delta.id
+        if delta.arguments:
+            state[2] = True
+        if state[0] != delta.index:
+            delta = ToolCallDelta(state[0], delta.id, delta.name, delta.arguments)
+        return delta, renumbered
+
+    @staticmethod
+    def _new_call(state: list[Any], delta: ToolCallDelta) -> bool:
+        if delta.id:
+            return state[1] is not None and delta.id != state[1]
+        if not (delta.name and state[2] and delta.arguments.startswith("{")):
+            return False
+        try:
+            return isinstance(_loads(delta.arguments), dict)
+        except _JSONDecodeError:
+            return False
+
+
 class ChatChunkDecoder:
     """One per backend stream. `done` is set by `[DONE]`, `finished` by a finish reason."""
 
-    __slots__ = ("_args", "_lessons", "_text", "done", "finished")
+    __slots__ = ("_args", "_calls", "_lessons", "_text", "done", "finished")
 
     def __init__(self) -> None:
         self.done = False
         self.finished = False
+        self._calls = CallIndexes()
         self._text = NO_SHAPE  # the stream's text chunk, once seen (chunk_shapes)
         self._args = NO_SHAPE  # its argument-fragment chunk
         self._lessons = _LESSONS
@@ -152,6 +201,8 @@ class ChatChunkDecoder:
                     delta = choice.get("delta")
                     if isinstance(delta, dict):
                         _message_deltas(delta, out)
+                        if "tool_calls" in delta:
+                            self._renumber(out)
                     reason = choice.get("finish_reason")
                     if reason and isinstance(reason, str):
                         self.finished = True
@@ -161,6 +212,13 @@ class ChatChunkDecoder:
         if usage and isinstance(usage, dict):
             out.append(decode_usage(usage))
         return out
+
+    def _renumber(self, out: list[Delta]) -> None:
+        for i, delta in enumerate(out):
+            if delta.__class__ is ToolCallDelta:
+                out[i], renumbered = self._calls.index(delta)
+                if renumbered:
+                    self._args = NO_SHAPE
 
     def _learn(self, payload: bytes, obj: dict[str, Any], delta: Delta) -> None:
         """Learn the shape of a per-token chunk: one choice whose only output is one piece of
@@ -217,14 +275,16 @@ class ChatDecoder:
         "_backlog",
         "_batch",
         "_chat",
+        "_fed",
         "_sse",
         "broken",
         "ended",
         "failed",
+        "first_byte_timeout",
         "idle_timeout",
     )
 
-    def __init__(self, idle_timeout: float = 300) -> None:
+    def __init__(self, idle_timeout: float = 300, first_byte_timeout: float | None = None) -> None:
         self._sse = SSEDecoder()
         self._chat = ChatChunkDecoder()
         self._backlog: list[bytes | SSEMessage] = []  # events not decoded yet, from `_at` on
@@ -234,6 +294,8 @@ class ChatDecoder:
         self.failed = False
         self.broken = False  # ended without a whole answer: cut short, or its framing broke
         self.idle_timeout = idle_timeout
+        self.first_byte_timeout = idle_timeout if first_byte_timeout is None else first_byte_timeout
+        self._fed = False  # a body byte came: from then on the idle timeout is the one
 
     @property
     def done(self) -> bool:
@@ -248,6 +310,7 @@ class ChatDecoder:
         """The first batch of the deltas that `data` completes."""
         if self.ended:
             return []
+        self._fed = True
         try:
             messages = self._sse.payloads(data)
         except SSEError as exc:
@@ -292,7 +355,8 @@ class ChatDecoder:
 
     def _cut(self, cause: EndCause, detail: str) -> tuple[str, str]:
         if cause is EndCause.TIMEOUT:
-            return "upstream_timeout", f"The backend sent nothing for {self.idle_timeout:g} s."
+            seconds = self.idle_timeout if self._fed else self.first_byte_timeout
+            return "upstream_timeout", f"The backend sent nothing for {seconds:g} s."
         if cause is EndCause.UNDECODABLE:
             return INVALID_ENCODING, f"The backend's answer broke off: {detail}."
         if cause is EndCause.INVALID:
@@ -416,16 +480,19 @@ def http_error(
     if not (isinstance(message, str) and message):
         text = scrub(raw.decode("utf-8", "replace").strip(), secrets)[:_ERROR_TEXT]
         message = f"The backend answered HTTP {status}" + (f": {text}" if text else ".")
-    type_ = details.get("type")
-    code = details.get("code")
+    type_ = _text(details.get("type")) or None
+    code = _text(details.get("code")) or None
     param = details.get("param")
+    if is_context_overflow(type_, message) or is_context_overflow(code, message):
+        code = CONTEXT_OVERFLOW
+        status, type_ = (400, "invalid_request_error") if status >= 500 else (status, type_)
+    elif status >= 500 and is_rejection(message):  # sent again it fails again: a 4xx
+        status, type_ = 400, "invalid_request_error"
     return RequestError(
         message,
         status=status,
-        type=type_
-        if isinstance(type_, str) and type_
-        else ("server_error" if status >= 500 else "invalid_request_error"),
-        code=code if isinstance(code, str) and code else None,
+        type=type_ or ("server_error" if status >= 500 else "invalid_request_error"),
+        code=code,
         param=param if isinstance(param, str) and param else None,
         headers=kept,
     )
@@ -439,15 +506,14 @@ def payload_error(obj: dict[str, Any]) -> UpstreamError | None:
     if err is None:
         return None
     if isinstance(err, str):
-        return UpstreamError("server_error", err or "The backend reported an error.")
+        kind = CONTEXT_OVERFLOW if is_context_overflow(None, err) else "server_error"
+        return UpstreamError(kind, err or "The backend reported an error.")
     if not isinstance(err, dict):
         return UpstreamError("server_error", "The backend reported an error.")
-    code = err.get("code")
-    if not (isinstance(code, str) and code):
-        code = err.get("type")
-    if not (isinstance(code, str) and code):
-        code = "server_error"
+    code = _text(err.get("code")) or _text(err.get("type")) or "server_error"
     message = _text(err.get("message")) or "The backend reported an error."
+    if is_context_overflow(code, message) or is_context_overflow(_text(err.get("type")), ""):
+        code = CONTEXT_OVERFLOW
     return UpstreamError(code, message)
 
 
@@ -471,9 +537,11 @@ def decode_usage(usage: dict[str, Any]) -> Usage:
 
 
 def _message_deltas(delta: dict[str, Any], out: list[Delta]) -> None:
-    reasoning = delta.get("reasoning_content")
+    reasoning = delta.get("reasoning_content")  # DeepSeek, Kimi, llama.cpp, SGLang
     if not (reasoning and isinstance(reasoning, str)):
         reasoning = delta.get("reasoning")  # vLLM >= 0.10, Ollama, OpenRouter
+    if not (reasoning and isinstance(reasoning, str)):
+        reasoning = _details_text(delta.get("reasoning_details"))  # OpenRouter, Kimi
     if reasoning and isinstance(reasoning, str):
         out.append(ReasoningDelta(reasoning))
     content = delta.get("content")
@@ -509,6 +577,22 @@ def _tool_call(call: dict[str, Any], position: int) -> ToolCallDelta:
         name=name if isinstance(name, str) and name else None,
         arguments=arguments,
     )
+
+
+_DETAIL_TEXT = {"reasoning.text": "text", "reasoning.summary": "summary"}
+
+
+def _details_text(details: Any) -> str:
+    """The readable text of `reasoning_details` (encrypted entries carry none)."""
+    if not isinstance(details, list):
+        return ""
+    out = []
+    for detail in details:
+        if isinstance(detail, dict):
+            key = _DETAIL_TEXT.get(detail.get("type"), "text")  # type: ignore[arg-type]
+            if isinstance(detail.get(key), str):
+                out.append(detail[key])
+    return "".join(out)
 
 
 def _parts_text(content: Any) -> str:

@@ -142,14 +142,17 @@ class Connection(asyncio.BufferedProtocol):
         self._exc: HTTPClientError | None = None
         self._waiter: asyncio.Future[None] | None = None
         self._timeout = 0.0
+        self._idle = 0.0  # the timeout once body bytes came (`_timeout` is the first byte's)
         self._last = 0.0
         self._timer: asyncio.TimerHandle | None = None
         self._buffer = pool.read_buffer
 
     # -- the request ------------------------------------------------------------------
 
-    async def exchange(self, payload: bytes, timeout: float) -> Response:
-        """Send one request; return its response once the head has arrived."""
+    async def exchange(self, payload: bytes, timeout: float, idle: float | None = None) -> Response:
+        """Send one request; return its response once the head has arrived. `timeout`
+        bounds the wait for the first body byte (the head may come before a backend has
+        read the prompt), `idle` (default `timeout`) each gap after it."""
         assert self.transport is not None
         if self.closed or not self.parser.reusable:
             raise ServerDisconnected("the connection was closed before the request was sent")
@@ -158,6 +161,7 @@ class Connection(asyncio.BufferedProtocol):
         self._unread = 0
         self.chunks = []
         self._timeout = timeout
+        self._idle = timeout if idle is None else idle
         self.transport.write(payload)
         self._arm()
         while self.head is None:
@@ -239,6 +243,8 @@ class Connection(asyncio.BufferedProtocol):
             return
         for event in events:
             if event.__class__ is bytes:
+                if self._timeout != self._idle:
+                    self._to_idle()
                 self.chunks.append(event)
                 self._unread += len(event)
             elif event is END:
@@ -285,6 +291,14 @@ class Connection(asyncio.BufferedProtocol):
         self._last = now = self._loop.time()
         if self._timer is None and self.parser.state in (HEAD, BODY) and not self.closed:
             self._timer = self._loop.call_at(now + self._timeout, self._on_timer)
+
+    def _to_idle(self) -> None:
+        """The first body byte came: from now on the idle timeout runs, not the first byte's
+        (a timer set for the longer one is set again)."""
+        self._timeout = self._idle
+        if self._timer is not None:
+            self._disarm()
+            self._timer = self._loop.call_at(self._last + self._timeout, self._on_timer)
 
     def _disarm(self) -> None:
         if self._timer is not None:

@@ -112,7 +112,7 @@ class ConnectionPool:
             lines.append(f"Content-Length: {length}")
         return ("\r\n".join(lines) + "\r\n\r\n").encode()
 
-    async def request(self, payload: bytes, timeout: float) -> Response:
+    async def request(self, payload: bytes, timeout: float, idle: float | None = None) -> Response:
         """Send `payload` (head and body) and return the response once its head is in.
 
         A kept-alive connection that the server closed while it sat idle here (its close
@@ -123,7 +123,7 @@ class ConnectionPool:
         """
         conn, idle_for = await self._acquire()
         try:
-            return await conn.exchange(payload, timeout)
+            return await conn.exchange(payload, timeout, idle)
         except ServerDisconnected:
             if conn.got_any or idle_for < self.stale_after:
                 raise
@@ -132,7 +132,7 @@ class ConnectionPool:
             raise
         conn, _ = await self._acquire(fresh=True)
         try:
-            return await conn.exchange(payload, timeout)
+            return await conn.exchange(payload, timeout, idle)
         except BaseException:
             conn.abort()
             raise
