@@ -174,17 +174,7 @@ class ChatUpstream:
         `on_raw`, if given, sees every byte of a 2xx body as it is read (for recordings).
         `client` (`Turn.client`) picks the connections: only this client's requests use them.
         """
-        body = dict(chat_request)
-        body["stream"] = True
-        options = body.get("stream_options")
-        if self.stream_usage:
-            body["stream_options"] = {
-                **(options if isinstance(options, dict) else {}),
-                "include_usage": True,
-            }
-        else:  # the profile drops it (a backend that rejects `stream_options`)
-            body.pop("stream_options", None)
-        data = orjson.dumps(body)
+        data = orjson.dumps(self._streaming(chat_request))
         pool = self.pool_for(client)
         if headers:
             head = pool.head(
@@ -222,6 +212,21 @@ class ChatUpstream:
         except BaseException:
             resp.release()  # kept if the whole body is in, else cut
             raise
+
+    def _streaming(self, chat_request: dict[str, Any]) -> dict[str, Any]:
+        """The request as sent: always streamed, with usage asked for unless the profile
+        drops `stream_options` (a backend that rejects it)."""
+        body = dict(chat_request)
+        body["stream"] = True
+        options = body.get("stream_options")
+        if self.stream_usage:
+            body["stream_options"] = {
+                **(options if isinstance(options, dict) else {}),
+                "include_usage": True,
+            }
+        else:
+            body.pop("stream_options", None)
+        return body
 
     async def _read_json(self, resp: Response | DecodedResponse) -> bytearray:
         """A whole JSON body, its bytes taken from `json_budget` (the caller gives them back).
