@@ -67,6 +67,7 @@ def weights(tokens: list[str]) -> dict[str, np.ndarray]:
     embd, out = rnd(N_VOCAB, N_EMBD, std=0.1), rnd(N_VOCAB, N_EMBD, std=0.1)
     newline = tokens.index("Ċ")
     for axis, (src, dst) in enumerate(((TOOL_CALL, newline), (END_TOOL_CALL, IM_END))):
+        embd[:, axis] = 0.0  # only the marker points along its axis
         embd[src] = 0.0
         embd[src, axis] = 4.0
         out[:, axis] = 0.0

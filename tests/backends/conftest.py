@@ -21,9 +21,9 @@ from openai import AsyncOpenAI
 ROOT = Path(__file__).parent.parent.parent
 DIR = Path(os.environ.get("LLAMACPP_DIR", ROOT / ".tools" / "llamacpp"))
 BIN, MODEL = DIR / "bin" / "llama-server", DIR / "tiny.gguf"
-READY = "all slots are idle"  # printed once the model is loaded and the main loop runs
+READY = "listening on"  # printed after "model loaded"
 # The tiny model calls tools only with <tool_call> and <|im_end|> favoured (see the notes).
-BIAS = ["--logit-bias", "151657+2.5", "--logit-bias", "151645+2.5"]
+BIAS = ["--logit-bias", "151657+2.5,151645+2.5"]
 
 
 def _missing() -> str | None:
@@ -70,7 +70,7 @@ def llama_server() -> Iterator[str]:
         argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, errors="replace"
     )
     log: list[str] = []
-    timer = threading.Timer(120, proc.kill)  # a server that never gets ready is a failure
+    timer = threading.Timer(60, proc.kill)  # a server that never gets ready is a failure
     timer.start()
     try:
         ready = _wait_ready(proc, log)
@@ -87,6 +87,8 @@ def llama_server() -> Iterator[str]:
     except subprocess.TimeoutExpired:
         proc.kill()
         proc.wait()
+    assert proc.stdout is not None
+    proc.stdout.close()
 
 
 @pytest.fixture
