@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed
 HOST ?= 127.0.0.1
 PORT ?= 8080
 
-.PHONY: run test lint format install codex redis bench bench-quick soak fuzz clean
+.PHONY: run test test-backends llamacpp lint format install codex redis bench bench-quick soak fuzz clean
 
 $(STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -25,6 +25,10 @@ JOBS ?= 2
 test: $(STAMP)
 	$(BIN)/pytest -q -n $(JOBS)
 
+## Only the real-backend tests (tests/backends/, a real llama.cpp; they skip without its build).
+test-backends: $(STAMP)
+	$(BIN)/pytest -q -m backends tests/backends
+
 lint: $(STAMP)
 	$(BIN)/ruff check streamer tests bench
 	$(BIN)/ruff format --check streamer tests bench
@@ -37,6 +41,9 @@ format: $(STAMP)
 ## Optional real clients and servers used by some tests (tests skip without them).
 codex:
 	bash scripts/install-codex.sh
+
+llamacpp:
+	bash scripts/build-llamacpp.sh
 
 redis:
 	command -v redis-server >/dev/null || (apt-get update -qq && apt-get install -y -qq redis-server)
