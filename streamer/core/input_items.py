@@ -81,15 +81,7 @@ def _message(item: dict[str, Any], path: str) -> None:
     content = item.get("content")
     if "content" not in item:
         raise invalid(f"Missing required parameter: '{path}.content'.", f"{path}.content")
-    if isinstance(content, str):
-        return
-    if not isinstance(content, list):
-        raise invalid(
-            f"Invalid type for '{path}.content': expected a string or an array of content parts.",
-            f"{path}.content",
-        )
-    for j, part in enumerate(content):
-        _part(part, f"{path}.content[{j}]", MESSAGE_PARTS)
+    _text_or_parts(content, f"{path}.content", MESSAGE_PARTS)
 
 
 def _part(part: Any, path: str, allowed: tuple[str, ...]) -> None:
@@ -174,15 +166,7 @@ def _call_output(item: dict[str, Any], path: str) -> None:
     output = item.get("output")
     if output is None:
         raise invalid(f"Missing required parameter: '{path}.output'.", f"{path}.output")
-    if isinstance(output, str):
-        return
-    if not isinstance(output, list):
-        raise invalid(
-            f"Invalid type for '{path}.output': expected a string or an array of content parts.",
-            f"{path}.output",
-        )
-    for j, part in enumerate(output):
-        _part(part, f"{path}.output[{j}]", OUTPUT_PARTS)
+    _text_or_parts(output, f"{path}.output", OUTPUT_PARTS)
 
 
 def _tool_search_call(item: dict[str, Any], path: str) -> None:
@@ -210,3 +194,15 @@ _CHECKS = {
     "tool_search_call": _tool_search_call,
     "tool_search_output": _tool_search_output,
 }
+
+
+def _text_or_parts(value: Any, where: str, allowed: tuple[str, ...]) -> None:
+    """A message's `content` or a call output's `output`: a string, or content parts."""
+    if isinstance(value, str):
+        return
+    if not isinstance(value, list):
+        raise invalid(
+            f"Invalid type for '{where}': expected a string or an array of content parts.", where
+        )
+    for j, part in enumerate(value):
+        _part(part, f"{where}[{j}]", allowed)
