@@ -21,10 +21,11 @@ from streamer.config import Settings
 from streamer.core.errors import RequestError
 from streamer.core.response import new_id
 from streamer.frontends.frontdoor import FRONT_DOOR, FrontDoor, GuardedSite, door_middleware
-from streamer.frontends.http import GATEWAY
+from streamer.frontends.http import GATEWAY, MODEL_CATALOG
 from streamer.gateway import Gateway, backend_profile, store_unavailable
 from streamer.identity import CLIENT, client_identity
 from streamer.logs import choose_request_id
+from streamer.model_metadata import load_model_catalog
 
 log = logging.getLogger("streamer.app")
 
@@ -221,6 +222,7 @@ async def _start(app: web.Application) -> None:
         cancel_wait=settings.background_cancel_wait,
     )
     gateway = Gateway(settings, UpstreamRegistry(upstream), store, background)
+    app[MODEL_CATALOG] = load_model_catalog(settings.model_metadata)
     observe_store(store, gateway.metrics.store_operations)
     app[GATEWAY] = gateway
 
@@ -290,6 +292,7 @@ def check_settings(settings: Settings) -> None:
         raise ValueError("--client-header-timeout and --client-body-timeout must be > 0")
     if settings.metrics_auth and not settings.client_keys():
         raise ValueError("--metrics-auth needs client keys (--api-key or --api-key-file)")
+    load_model_catalog(settings.model_metadata)  # a wrong file stops the gateway here
 
 
 def create_app(settings: Settings) -> web.Application:

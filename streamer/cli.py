@@ -1,4 +1,4 @@
-"""The `streamer` command: serve | tap | replay."""
+"""The `streamer` command: serve | codex | tap | replay."""
 
 from __future__ import annotations
 
@@ -17,17 +17,24 @@ def build_parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", required=True)
     serve = commands.add_parser("serve", help="run the gateway")
     add_arguments(serve)
+    from streamer.codex_launch import add_codex_parser
     from streamer.tap.command import add_tap_parser
     from streamer.tap.replay import add_replay_parser
 
+    add_codex_parser(commands)
     add_tap_parser(commands)
     add_replay_parser(commands)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    from streamer.codex_launch import split_passthrough
+
     parser = build_parser()
+    argv, passthrough = split_passthrough(sys.argv[1:] if argv is None else argv)
     args = parser.parse_args(argv)
+    if args.command == "codex":
+        return _codex(parser, args, argv, passthrough)
     if args.command == "serve":
         from streamer.app import check_settings, serve
 
@@ -47,6 +54,22 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         return asyncio.run(run_replay(args))
     return 2
+
+
+def _codex(
+    parser: argparse.ArgumentParser,
+    args: argparse.Namespace,
+    argv: Sequence[str],
+    passthrough: Sequence[str],
+) -> int:
+    from streamer.app import check_settings
+    from streamer.codex_launch import run_codex
+
+    try:
+        check_settings(settings_from(args))
+    except ValueError as exc:
+        parser.error(str(exc))
+    return run_codex(args, argv, passthrough)
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -101,6 +101,15 @@ SETTINGS: tuple[Setting, ...] = (
         "--model", "model", None, "Backend model name; the client's model passes through if unset."
     ),
     Setting(
+        "--model-metadata",
+        "model_metadata",
+        None,
+        "TOML (or .json) file of model metadata for Codex, served on GET /v1/models: "
+        '`[defaults]` and `[models."<name>"]` with context_window, auto_compact_token_limit, '
+        "reasoning_levels, input_modalities, apply_patch_tool_type, "
+        "supports_parallel_tool_calls, base_instructions (other keys pass through).",
+    ),
+    Setting(
         "--tool-name-style",
         "tool_name_style",
         "codex",
@@ -368,6 +377,7 @@ class Settings:
     api_keys: tuple[str, ...] = ()
     api_key_file: str | None = None
     model: str | None = None
+    model_metadata: str | None = None
     tool_name_style: str = "codex"
     max_tool_name_length: int = 64
     max_tools: int = 4096

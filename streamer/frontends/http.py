@@ -13,6 +13,7 @@ from aiohttp import web
 from streamer.core import sse
 from streamer.core.errors import RequestError, invalid, shutting_down
 from streamer.core.events import Event
+from streamer.core.model_catalog import ModelCatalog, models_answer
 from streamer.frontends.background import SSE_HEADERS, follow
 from streamer.frontends.frontdoor import FRONT_DOOR
 from streamer.gateway import Gateway
@@ -23,6 +24,7 @@ log = logging.getLogger("streamer.frontends.http")
 
 
 GATEWAY = web.AppKey("gateway", Gateway)
+MODEL_CATALOG = web.AppKey("model_catalog", ModelCatalog)  # --model-metadata, checked
 
 
 class SSEReply(web.StreamResponse):
@@ -185,9 +187,13 @@ async def stream_sse(request: web.Request, gateway: Gateway, turn: Turn) -> web.
 
 
 async def list_models(request: web.Request) -> web.Response:
-    """GET /v1/models, forwarded from the backend."""
+    """GET /v1/models: the backend's list, each model described for Codex (`models`)."""
     gateway = request.app[GATEWAY]
     status, body = await gateway.models(request.headers.get("Authorization"))
+    catalog = request.app.get(MODEL_CATALOG) or ModelCatalog()
+    described = models_answer(status, body, catalog, gateway.settings.model)
+    if described is not None:
+        status, body = 200, orjson.dumps(described)
     return web.Response(body=body, status=status, content_type="application/json")
 
 
