@@ -140,6 +140,7 @@ class ScriptedBackend:
         default_script: list[Step] | None = None,
         responder: Callable[[Any], list[Step]] | None = None,
         models: list[str] | None = None,
+        model_fields: dict[str, Any] | None = None,
         stream_headers: dict[str, str] | None = None,
     ) -> None:
         self.default_script = default_script or [
@@ -150,6 +151,7 @@ class ScriptedBackend:
         ]
         self.responder = responder
         self.models = models or [MODEL]
+        self.model_fields = model_fields or {}  # more fields of every /v1/models entry
         self.stream_headers = stream_headers or {
             "Content-Type": "text/event-stream",
             "Cache-Control": "no-cache",
@@ -209,7 +211,8 @@ class ScriptedBackend:
     async def _models(self, request: web.Request) -> web.Response:
         self.records.append(BackendRequest(request.path, None, CIMultiDict(request.headers)))
         data = [
-            {"id": m, "object": "model", "created": 0, "owned_by": "scripted"} for m in self.models
+            {"id": m, "object": "model", "created": 0, "owned_by": "scripted", **self.model_fields}
+            for m in self.models
         ]
         return web.json_response({"object": "list", "data": data})
 
