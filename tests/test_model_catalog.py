@@ -46,7 +46,7 @@ input_modalities = ["text"]
 context_window = 40960
 auto_compact_token_limit = 30000
 reasoning_levels = ["low", "high"]
-apply_patch_tool_type = "function"
+apply_patch_tool_type = "none"
 supports_parallel_tool_calls = false
 base_instructions = "Be brief."
 web_search_tool_type = "text_and_image"   # not a key streamer knows: passed to Codex as is
@@ -89,7 +89,7 @@ def test_a_models_entry_overrides_the_files_defaults() -> None:
         {"effort": "high", "description": "Deeper reasoning for complex problems"},
     ]
     assert info["default_reasoning_level"] == "low"  # no medium: the first level
-    assert info["apply_patch_tool_type"] == "function"
+    assert info["apply_patch_tool_type"] is None  # "none": no apply_patch tool
     assert info["supports_parallel_tool_calls"] is False
     assert info["base_instructions"] == "Be brief."
     assert info["input_modalities"] == ["text"]  # from [defaults]
@@ -129,6 +129,8 @@ def test_no_reasoning_levels_and_no_apply_patch() -> None:
         ('[defaults]\ninput_modalities = ["video"]\n', "defaults.input_modalities[0]"),
         ("[defaults]\ninput_modalities = []\n", "defaults.input_modalities: must be a non-empty"),
         ('[models.m]\napply_patch_tool_type = "diff"\n', "models.m.apply_patch_tool_type"),
+        # Codex 0.169 drops the whole catalog for it
+        ('[models.m]\napply_patch_tool_type = "function"\n', "must be one of freeform, none"),
         ('[models.m]\nsupports_parallel_tool_calls = "yes"\n', "supports_parallel_tool_calls"),
         ("[models.m]\nauto_compact_token_limit = -5\n", "models.m.auto_compact_token_limit"),
         ('[models.m]\nbase_instructions = ""\n', "models.m.base_instructions: must be a non-"),

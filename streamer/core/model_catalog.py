@@ -25,7 +25,9 @@ DEFAULT_CONTEXT_WINDOW = 128_000
 BACKEND_CONTEXT_KEYS = ("max_model_len", "context_length", "max_context_length", "context_window")
 REASONING_EFFORTS = ("none", "minimal", "low", "medium", "high", "xhigh", "max", "ultra")
 INPUT_MODALITIES = ("text", "image")
-APPLY_PATCH_TOOL_TYPES = ("freeform", "function")
+# Codex 0.169 knows only `freeform` (a custom tool with a grammar); one value it does not know
+# in one entry makes it drop the whole catalog, silently, so every checked key is Codex's enum.
+APPLY_PATCH_TOOL_TYPES = ("freeform",)
 
 DEFAULT_BASE_INSTRUCTIONS = """\
 You are a coding agent working in the user's workspace through the tools you are given.
@@ -110,7 +112,7 @@ def _bool(value: Any, where: str) -> bool:
 
 
 def _patch_type(value: Any, where: str) -> str | None:
-    """`freeform` (a custom tool with a grammar), `function`, or `none` (no apply_patch)."""
+    """`freeform` (a custom tool with a grammar) or `none` (no apply_patch tool)."""
     if value in (None, "none"):
         return None
     return _one_of(value, (*APPLY_PATCH_TOOL_TYPES, "none"), where)

@@ -19,6 +19,7 @@ import re
 import socket
 import sys
 import time
+import tomllib
 import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -28,6 +29,7 @@ REPO = Path(__file__).resolve().parents[2]
 PROBE = Path(__file__).resolve().parent / "mcp_probe.py"
 MARKER = "PROBE-MARKER"
 FALLBACK_TEXT = "Falling back from WebSockets"
+METADATA_TEXT = "Model metadata for"
 
 
 def codex_binary() -> Path | None:
@@ -42,38 +44,67 @@ def _toml(value: str) -> str:
     return json.dumps(value)  # a JSON string is a valid TOML basic string
 
 
+def _toml_value(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, list):
+        return "[" + ", ".join(_toml_value(v) for v in value) + "]"
+    return _toml(str(value))
+
+
+def dump_toml(table: dict[str, Any], prefix: str = "") -> str:
+    """A tiny TOML writer for configs (strings, ints, bools, lists, nested tables)."""
+    lines = [f"{k} = {_toml_value(v)}" for k, v in table.items() if not isinstance(v, dict)]
+    text = "\n".join(lines) + ("\n" if lines else "")
+    for key, value in table.items():
+        if isinstance(value, dict):
+            name = f"{prefix}.{_toml(key)}" if prefix else _toml(key)
+            text += f"\n[{name}]\n" + dump_toml(value, name)
+    return text
+
+
+async def print_config(base_url: str, *args: str) -> str:
+    """`streamer codex --print-config` for the gateway at `base_url` (http://host:port/v1)."""
+    host, port = base_url.split("//")[1].split("/")[0].rsplit(":", 1)
+    env = {**os.environ, "PYTHONPATH": str(REPO), "NO_PROXY": "127.0.0.1,localhost"}
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "streamer", "codex", "--host", host, "--port", port,
+        "--print-config", *args,
+        cwd=REPO, env=env, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+    )  # fmt: skip
+    out, err = await asyncio.wait_for(proc.communicate(), 60)
+    if proc.returncode != 0:
+        raise RuntimeError(f"streamer codex --print-config failed: {err.decode()}")
+    return out.decode()
+
+
 def write_config(
     home: Path,
-    base_url: str,
+    printed: str,
     *,
     supports_websockets: bool,
     probe_log: Path,
-    model: str = "stub-model",
 ) -> Path:
-    """Write an isolated `$CODEX_HOME/config.toml` pointing Codex at `base_url` (ends in /v1)."""
+    """Write an isolated `$CODEX_HOME/config.toml`: `streamer codex --print-config`'s block,
+    plus what a test needs (no approvals, no retries, the probe MCP server)."""
     home.mkdir(parents=True, exist_ok=True)
-    config = f"""\
-model = {_toml(model)}
-model_provider = "gw"
-approval_policy = "never"
-sandbox_mode = "danger-full-access"
-
-[model_providers.gw]
-name = "gateway"
-base_url = {_toml(base_url)}
-wire_api = "responses"
-env_key = "GW_API_KEY"
-request_max_retries = 0
-stream_max_retries = 0
-supports_websockets = {"true" if supports_websockets else "false"}
-
-[mcp_servers.probe]
-command = {_toml(sys.executable)}
-args = [{_toml(str(PROBE))}]
-env = {{ MCP_PROBE_LOG = {_toml(str(probe_log))} }}
-"""
+    config = tomllib.loads(printed)
+    config.update(approval_policy="never", sandbox_mode="danger-full-access")
+    provider = config["model_providers"][config["model_provider"]]
+    provider.update(
+        request_max_retries=0, stream_max_retries=0, supports_websockets=supports_websockets
+    )
+    config["mcp_servers"] = {
+        "probe": {
+            "command": sys.executable,
+            "args": [str(PROBE)],
+            "env": {"MCP_PROBE_LOG": str(probe_log)},
+        }
+    }
     path = home / "config.toml"
-    path.write_text(config)
+    path.write_text(dump_toml(config))
     return path
 
 
@@ -104,6 +135,12 @@ class CodexRun:
         """Anything Codex said about falling back from WebSockets (items or stderr)."""
         texts = [json.dumps(e) for e in self.events] + self.stderr.splitlines()
         return [t for t in texts if FALLBACK_TEXT in t]
+
+    def metadata_warnings(self, model: str) -> list[str]:
+        """Codex's "Model metadata for `…` not found" item, or its log line for `model` (it
+        also looks up an internal model of its own, which is not ours to describe)."""
+        texts = [json.dumps(e) for e in self.events] + self.stderr.splitlines()
+        return [t for t in texts if METADATA_TEXT in t or f"Unknown model {model} " in t]
 
     def describe(self) -> str:
         """A compact transcript for assertion messages."""
@@ -143,13 +180,13 @@ async def run_codex(
         raise RuntimeError("codex is not installed: run scripts/install-codex.sh")
     home, cwd, probe_log = workdir / "codex-home", workdir / "cwd", workdir / "probe-calls.jsonl"
     cwd.mkdir(parents=True, exist_ok=True)
-    write_config(home, base_url, supports_websockets=supports_websockets, probe_log=probe_log)
+    printed = await print_config(base_url)
+    write_config(home, printed, supports_websockets=supports_websockets, probe_log=probe_log)
     # A minimal environment: no user config, keys or proxies leak in.
     env = {
         "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
         "HOME": str(workdir),
         "CODEX_HOME": str(home),
-        "GW_API_KEY": "test-key",
         "LANG": "C.UTF-8",
         "NO_PROXY": "127.0.0.1,localhost",
     }

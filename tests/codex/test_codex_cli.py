@@ -37,6 +37,8 @@ EXPECTED_RESULT = f"{MARKER}:hello"
 def assert_tool_round_trip(run: CodexRun) -> None:
     """The namespaced MCP call completed, really ran, and its output reached the model."""
     assert run.returncode == 0, run.describe()
+    # the gateway described the model (GET /v1/models): no fallback metadata
+    assert run.metadata_warnings("scripted") == [], run.describe()
     call = run.completed_mcp_call("echo_marker")
     assert call is not None, run.describe()
     assert call["server"] == "probe"
