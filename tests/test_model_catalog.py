@@ -255,3 +255,15 @@ def test_serve_refuses_a_wrong_file(tmp_path: Path, capsys: pytest.CaptureFixtur
     assert exited.value.code == 2
     err = capsys.readouterr().err
     assert f"--model-metadata {meta}: models.qwen3:8b.context_window: must be a positive" in err
+
+
+def test_the_readmes_example_file_is_a_valid_one() -> None:
+    import tomllib
+
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    start = readme.index("[defaults]                      # every model")
+    example = readme[start : readme.index("```", start)]
+    catalog = parse_catalog(tomllib.loads(example))
+    info = codex_model_info("qwen3:8b", catalog, None, 0)
+    assert info["context_window"] == 40960 and info["input_modalities"] == ["text"]
+    assert info["apply_patch_tool_type"] is None
