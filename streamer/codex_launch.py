@@ -193,14 +193,16 @@ def _stop(proc: subprocess.Popen[bytes]) -> None:
 
 
 def run_child(argv: Sequence[str], env: dict[str, str]) -> int:
-    """Run Codex in the foreground; Ctrl-C is Codex's to handle. Its exit code (128+N for a
-    signal N, as shells report it)."""
-    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    """Run Codex in the foreground: Ctrl-C is Codex's to handle, a SIGTERM is passed on to it.
+    Its exit code (128+N for a signal N, as shells report it)."""
+    child = subprocess.Popen(list(argv), env=env)  # the terminal stays Codex's
+    previous_int = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    previous_term = signal.signal(signal.SIGTERM, lambda *_: child.terminate())
     try:
-        child = subprocess.Popen(list(argv), env=env)  # the terminal stays Codex's
         code = child.wait()
     finally:
-        signal.signal(signal.SIGINT, previous)
+        signal.signal(signal.SIGINT, previous_int)
+        signal.signal(signal.SIGTERM, previous_term)
     return 128 - code if code < 0 else code
 
 

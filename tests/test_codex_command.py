@@ -34,6 +34,9 @@ models = json.loads(opener.open(request, timeout=5).read())["models"]
 record = {"argv": sys.argv[1:], "home": home, "config": config, "key": key,
           "slugs": [m["slug"] for m in models]}
 open(os.environ["FAKE_CODEX_RECORD"], "w").write(json.dumps(record))
+if os.environ.get("FAKE_CODEX_EXIT") == "SIGTERM":
+    import signal
+    os.kill(os.getpid(), signal.SIGTERM)
 sys.exit(int(os.environ.get("FAKE_CODEX_EXIT", "0")))
 """
 
@@ -182,6 +185,15 @@ async def test_reuses_a_gateway_that_answers(tmp_path: Path) -> None:
     assert f"using the gateway at http://127.0.0.1:{port}" in err
     assert json.loads(record.read_text())["slugs"] == ["scripted-backend"]  # the harness's backend
     assert still_there  # not ours to stop
+
+
+async def test_codex_killed_by_a_signal_is_128_plus_it(tmp_path: Path) -> None:
+    code, _, err = await _streamer(
+        tmp_path, "codex", "--port", str(_free_port()), "--codex-home", str(tmp_path / "home"),
+        "--codex-bin", str(_fake_codex(tmp_path)),
+        FAKE_CODEX_RECORD=str(tmp_path / "record.json"), FAKE_CODEX_EXIT="SIGTERM",
+    )  # fmt: skip
+    assert code == 128 + 15, err  # as a shell reports it
 
 
 async def test_a_missing_codex_is_said(tmp_path: Path) -> None:
