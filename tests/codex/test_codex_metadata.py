@@ -125,7 +125,11 @@ async def test_codex_acts_on_the_gateways_metadata(tmp_path: Path, websockets: b
         "default": (),
         "small": (
             "--model-metadata",
-            _metadata(tmp_path, 'context_window = 200\napply_patch_tool_type = "none"\n'),
+            _metadata(
+                tmp_path,
+                'context_window = 200\napply_patch_tool_type = "none"\n'
+                'reasoning_levels = ["low", "high"]\n',
+            ),
         ),
     }.items():
         work, tap = tmp_path / name, tmp_path / name / "tap"
@@ -142,6 +146,10 @@ async def test_codex_acts_on_the_gateways_metadata(tmp_path: Path, websockets: b
     # apply_patch as the gateway says: freeform (a custom tool) by default, or none
     assert _apply_patch_type(default[0]) == "custom"
     assert _apply_patch_type(small[0]) is None
+    # the reasoning effort Codex asks for: the gateway's default level (medium), else the
+    # first of the model's levels
+    assert default[0]["reasoning"].get("effort") == "medium", default[0]["reasoning"]
+    assert small[0]["reasoning"].get("effort") == "low", small[0]["reasoning"]
     # the window: the default one holds the turn; 200 tokens do not, so Codex compacts
     # after the call, before sending its output back
     assert _compactions(default) == [], [_last_user_text(b) for b in default]
