@@ -2,8 +2,8 @@
 
 Codex is configured with `streamer codex --print-config`'s block and nothing else about the
 model. It must accept that block, list exactly the metadata the gateway serves
-(`codex debug models`), and act on it: the `apply_patch` tool type it declares, and the
-context window, which sets when it compacts (a window too small for the first turn makes it
+(`codex debug models`), and act on it: the `apply_patch` tool type it declares, the reasoning
+effort it asks for, and the context window, which sets when it compacts (a window too small for the first turn makes it
 compact before sending the tool's output back; the default window does not).
 `streamer codex -- exec …` runs the same Codex end to end against a scripted backend.
 """
