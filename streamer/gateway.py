@@ -25,6 +25,7 @@ from streamer.pipeline import Sink, Turn, TurnOptions, prepare
 from streamer.quiet_trim import QuietTrim, malloc_trim
 from streamer.recorder import TapDirectory
 from streamer.records import stored
+from streamer.sealing import Sealer, load_sealer
 from streamer.store import ResponseStore, StoreUnavailable
 from streamer.upstream.chat.profiles import BackendProfile, lowering_options, resolve
 from streamer.upstream.registry import UpstreamRegistry
@@ -74,7 +75,20 @@ def turn_options(settings: Settings) -> TurnOptions:
         max_output_bytes=settings.max_output_bytes,
         max_output_items=settings.max_output_items,
         max_turn_seconds=settings.max_turn_seconds,
+        sealer=state_sealer(settings.state_key_file),
     )
+
+
+def state_sealer(path: str | None) -> Sealer:
+    """The sealer of `--state-key-file`; without one a random key, said in the log."""
+    sealer = load_sealer(path)
+    if sealer.ephemeral:
+        log.warning(
+            "no --state-key-file: encrypted_content (compaction, reasoning) is sealed with a "
+            "random key of this process; after a restart, or on another instance, such items "
+            "cannot be opened (give every instance the same --state-key-file)"
+        )
+    return sealer
 
 
 def previous_not_found(response_id: str) -> RequestError:
