@@ -190,10 +190,9 @@ async def test_the_state_key_file_is_shared_by_instances(tmp_path: Path) -> None
         async with _client(second) as client:
             await client.responses.create(model="m", input=replay)  # type: ignore[arg-type]
         assert SUMMARY in _seen(second.backend.requests[-1])
-    async with GatewayHarness() as other:
-        async with _client(other) as client:
-            with pytest.raises(BadRequestError) as caught:
-                await client.responses.create(model="m", input=replay)  # type: ignore[arg-type]
+    async with GatewayHarness() as other, _client(other) as client:
+        with pytest.raises(BadRequestError) as caught:
+            await client.responses.create(model="m", input=replay)  # type: ignore[arg-type]
     assert caught.value.body["param"] == "input[1].encrypted_content"  # type: ignore[index]
 
 
