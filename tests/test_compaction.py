@@ -15,10 +15,12 @@ import orjson
 import pytest
 import websockets
 from harness import GatewayHarness
-from openai import AsyncOpenAI, BadRequestError
+from openai import AsyncOpenAI, BadRequestError, InternalServerError
 from openai.types.responses import CompactedResponse
 from scripted_backend import (
     DONE,
+    Status,
+    error_chunk,
     finish,
     reasoning_chunks,
     text_chunks,
@@ -311,3 +313,47 @@ async def test_compaction_over_websocket() -> None:
             events = await _ws_turn(ws, {"model": "m", "input": replay})
             assert events[-1]["type"] == "response.completed"
         assert SUMMARY in _seen(gw.backend.requests[-1])
+
+
+# -- bounds and failures ---------------------------------------------------------------------
+
+
+async def test_a_summary_past_the_output_limit_makes_no_item() -> None:
+    """The summary is held whole until it is sealed: `--max-output-bytes` bounds it; past
+    it the turn ends incomplete with no compaction item, and `/compact` is a 502."""
+    async with GatewayHarness(max_output_bytes=64) as gw:
+        gw.backend.script(_summary_script("x" * 100), _summary_script("x" * 100))
+        async with _client(gw) as client:
+            response = await client.responses.create(model="m", input=[*HISTORY, TRIGGER])  # type: ignore[arg-type]
+            with pytest.raises(InternalServerError) as caught:
+                await client.responses.compact(model="m", input=HISTORY)  # type: ignore[arg-type]
+    assert response.status == "incomplete" and response.output == []
+    assert caught.value.status_code == 502
+    assert caught.value.body["code"] == "compaction_incomplete"  # type: ignore[index]
+
+
+async def test_a_backend_refusal_of_the_compaction_keeps_its_status() -> None:
+    refusal = {"error": {"message": "maximum context length is 10 tokens", "type": "x"}}
+    async with GatewayHarness() as gw:
+        gw.backend.script([Status(400, refusal)])
+        async with _client(gw) as client:
+            with pytest.raises(BadRequestError) as caught:
+                await client.responses.compact(model="m", input=HISTORY)  # type: ignore[arg-type]
+    assert caught.value.body["code"] == "context_length_exceeded"  # type: ignore[index]
+
+
+async def test_a_failed_compaction_stream_ends_failed_without_an_item() -> None:
+    async with GatewayHarness() as gw:
+        gw.backend.script([*text_chunks(["half a sum"]), error_chunk("boom"), DONE])
+        async with _client(gw) as client:
+            response = await client.responses.create(model="m", input=[*HISTORY, TRIGGER])  # type: ignore[arg-type]
+    assert response.status == "failed" and response.output == []
+
+
+async def test_compact_input_is_validated_with_its_param() -> None:
+    async with GatewayHarness() as gw:
+        async with _client(gw) as client:
+            with pytest.raises(BadRequestError) as caught:
+                await client.responses.compact(model="m", input=[{"type": "message", "role": "x"}])  # type: ignore[arg-type, list-item]
+        assert gw.backend.requests == []
+    assert caught.value.body["param"] == "input[0].role"  # type: ignore[index]
