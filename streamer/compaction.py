@@ -86,6 +86,8 @@ def restore(
             view[i] = summary_message(summary)
             _drop_replaced(view, i)
         elif kind == "reasoning" and item.get("encrypted_content") is not None:
+            if i < offset and _readable(item):
+                continue  # a stored item keeps its text: its blob is not needed (nor opened)
             text = sealer.open(
                 "reasoning", REASONING_FIELD, item["encrypted_content"], _param(i, offset)
             )
