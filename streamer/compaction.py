@@ -30,6 +30,7 @@ from streamer.sealing import Sealer
 from streamer.upstream.batch import Batch
 
 TRIGGER = "compaction_trigger"
+COMPACTION_TYPES = ("compaction", "compaction_summary")  # the older name, still read by Codex
 SUMMARY_FIELD = "summary"
 REASONING_FIELD = "text"
 
@@ -79,7 +80,7 @@ def restore(
     view = list(items)
     for i, item in enumerate(items):
         kind = item.get("type")
-        if kind == "compaction":
+        if kind in COMPACTION_TYPES:
             summary = sealer.open(
                 "compaction", SUMMARY_FIELD, item.get("encrypted_content"), _param(i, offset)
             )
@@ -103,7 +104,7 @@ def summary_message(summary: str) -> dict[str, Any]:
 
 def _sealed(item: Mapping[str, Any]) -> bool:
     kind = item.get("type")
-    return kind == "compaction" or (
+    return kind in COMPACTION_TYPES or (
         kind == "reasoning" and item.get("encrypted_content") is not None
     )
 

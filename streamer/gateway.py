@@ -25,7 +25,7 @@ from streamer.pipeline import Sink, Turn, TurnOptions, prepare
 from streamer.quiet_trim import QuietTrim, malloc_trim
 from streamer.recorder import TapDirectory
 from streamer.records import stored
-from streamer.sealing import Sealer, load_sealer
+from streamer.sealing import EPHEMERAL_KEY, Sealer, load_sealer
 from streamer.store import ResponseStore, StoreUnavailable
 from streamer.upstream.chat.profiles import BackendProfile, lowering_options, resolve
 from streamer.upstream.registry import UpstreamRegistry
@@ -80,14 +80,11 @@ def turn_options(settings: Settings) -> TurnOptions:
 
 
 def state_sealer(path: str | None) -> Sealer:
-    """The sealer of `--state-key-file`; without one a random key, said in the log."""
+    """The sealer of `--state-key-file`; without one a random key (the log says so, at
+    startup and when it first seals something)."""
     sealer = load_sealer(path)
     if sealer.ephemeral:
-        log.warning(
-            "no --state-key-file: encrypted_content (compaction, reasoning) is sealed with a "
-            "random key of this process; after a restart, or on another instance, such items "
-            "cannot be opened (give every instance the same --state-key-file)"
-        )
+        log.info("no --state-key-file: %s", EPHEMERAL_KEY)
     return sealer
 
 

@@ -281,9 +281,15 @@ def prepare(
         prompt=prompt,
         seal_reasoning=_reasoning_sealer(request, options),
     )
-    turn = Turn(request, items, names, chat_request, streamer, max_seconds=options.max_turn_seconds)
-    turn.compactor = compactor
-    return turn
+    return Turn(
+        request,
+        items,
+        names,
+        chat_request,
+        streamer,
+        max_seconds=options.max_turn_seconds,
+        compactor=compactor,
+    )
 
 
 def _reasoning_sealer(request: dict[str, Any], options: TurnOptions) -> Callable[[str], str] | None:

@@ -16,6 +16,7 @@ from __future__ import annotations
 import base64
 import binascii
 import hashlib
+import logging
 import os
 from collections.abc import Callable
 from typing import Any, Literal
@@ -26,6 +27,8 @@ from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
 from streamer.core.errors import RequestError, invalid
 
+log = logging.getLogger("streamer.sealing")
+
 Kind = Literal["compaction", "reasoning"]
 REASONING_INCLUDE = "reasoning.encrypted_content"
 
@@ -34,6 +37,11 @@ NONCE_BYTES = 12
 MIN_SECRET_BYTES = 32
 MAX_PLAIN_BYTES = 3 * 1024 * 1024
 """What one blob holds at most (its JSON): longer text is cut, its end kept, when sealed."""
+EPHEMERAL_KEY = (
+    "encrypted_content (compaction, reasoning) is sealed with a random key of this process; "
+    "after a restart, or on another instance, such items cannot be opened (give every "
+    "instance the same --state-key-file)"
+)
 MAX_SEALED_CHARS = len(PREFIX) + (MAX_PLAIN_BYTES + NONCE_BYTES + 16 + 2) // 3 * 4
 """The longest `encrypted_content` the gateway opens (about 4 MiB; a 400 beyond): the
 longest it makes."""
@@ -42,7 +50,7 @@ longest it makes."""
 class Sealer:
     """Seals and opens `encrypted_content` blobs with one AES-256-GCM key."""
 
-    __slots__ = ("_aead", "_nonce", "ephemeral")
+    __slots__ = ("_aead", "_nonce", "_warn", "ephemeral")
 
     def __init__(
         self,
@@ -56,6 +64,7 @@ class Sealer:
         self._aead = AESGCM(key)
         self._nonce = nonce
         self.ephemeral = ephemeral  # a random key of this process only
+        self._warn = ephemeral  # said in the log when it first seals something
 
     @classmethod
     def random(cls) -> Sealer:
@@ -78,6 +87,9 @@ class Sealer:
         while len(plain) > MAX_PLAIN_BYTES:
             text = text[-(len(text) * 3 // 4) :]
             plain = orjson.dumps({field: "[…earlier text cut]\n" + text})
+        if self._warn:
+            self._warn = False
+            log.warning("no --state-key-file: %s", EPHEMERAL_KEY)
         nonce = self._nonce(NONCE_BYTES)
         sealed = self._aead.encrypt(nonce, plain, _aad(kind))
         return PREFIX + base64.urlsafe_b64encode(nonce + sealed).rstrip(b"=").decode()

@@ -61,6 +61,7 @@ def test_restore_opens_items_in_place_and_names_history_by_previous_response_id(
         "encrypted_content": SEALER.seal("reasoning", "text", "R"),
     }
     items = [{"type": "message", "role": "user", "content": "u"}, compaction, reasoning]
+    assert restore([{**compaction, "type": "compaction_summary"}], SEALER) == [summary_message("S")]
     view = restore(items, SEALER)
     assert view[1] == summary_message("S")
     assert view[2]["content"] == [{"type": "reasoning_text", "text": "R"}]
@@ -87,3 +88,16 @@ def test_the_compactor_keeps_only_the_summary_and_makes_one_item() -> None:
     assert not compactor.exceeded
     compactor(Batch([TextDelta("x" * 200)]))
     assert compactor.exceeded
+
+
+def test_a_random_key_is_said_in_the_log_when_it_first_seals(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    with caplog.at_level("WARNING", logger="streamer.sealing"):
+        Sealer.from_secret(b"k" * 32).seal("compaction", "summary", "x")
+        assert caplog.records == []
+        ephemeral = Sealer.random()
+        ephemeral.seal("compaction", "summary", "x")
+        ephemeral.seal("compaction", "summary", "y")
+    (record,) = caplog.records
+    assert "no --state-key-file" in record.getMessage() and "restart" in record.getMessage()
