@@ -357,3 +357,12 @@ async def test_compact_input_is_validated_with_its_param() -> None:
                 await client.responses.compact(model="m", input=[{"type": "message", "role": "x"}])  # type: ignore[arg-type, list-item]
         assert gw.backend.requests == []
     assert caught.value.body["param"] == "input[0].role"  # type: ignore[index]
+
+
+async def test_a_compaction_without_backend_usage_is_estimated_not_zero() -> None:
+    async with GatewayHarness() as gw:
+        gw.backend.script([*text_chunks(["s" * 400]), finish("stop"), DONE])
+        async with _client(gw) as client:
+            response = await client.responses.create(model="m", input=[*HISTORY, TRIGGER])  # type: ignore[arg-type]
+    assert response.usage is not None
+    assert response.usage.output_tokens >= 100 and response.usage.input_tokens > 0

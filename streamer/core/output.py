@@ -595,6 +595,8 @@ def estimate_usage(prompt: Any, output: list[dict[str, Any]]) -> Usage:
         for key in ("arguments", "input"):
             value = item.get(key)
             made += len(value) if isinstance(value, str) else 0
+        if item.get("type") == "compaction":  # its summary, sealed: about 3/4 of the blob
+            made += len(item.get("encrypted_content") or "") * 3 // 4
     return Usage(
         input_tokens=-(-sent // CHARS_PER_TOKEN), output_tokens=-(-made // CHARS_PER_TOKEN)
     )
