@@ -8,6 +8,7 @@ backend's requests show what the model is shown on replay.
 from __future__ import annotations
 
 import base64
+import io
 from pathlib import Path
 from typing import Any
 
@@ -29,8 +30,10 @@ from scripted_backend import (
 )
 from sdk_models import validate_event, validate_response
 
+from streamer.cli import build_parser
 from streamer.compaction import HANDOVER_PROMPT, LAST_REQUEST_HEADING, SUMMARY_HEADING
 from streamer.sealing import MAX_SEALED_CHARS, PREFIX, Sealer
+from streamer.tap.replay import run_replay
 
 SUMMARY = "Goal: ship the parser. Files touched: src/parse.py."
 TRIGGER = {"type": "compaction_trigger"}
@@ -64,6 +67,12 @@ def _seen(body: dict[str, Any]) -> str:
     return "\n".join(str(m.get("content")) for m in body["messages"])
 
 
+def _as_input(compacted: CompactedResponse) -> list[dict[str, Any]]:
+    """The compacted output as the next request's input (the SDK types its user messages as
+    output messages, as for OpenAI's own answer: its serializer warnings are not ours)."""
+    return [i.model_dump(exclude_none=True, warnings=False) for i in compacted.output]
+
+
 async def _compact(gw: GatewayHarness) -> CompactedResponse:
     gw.backend.script(_summary_script())
     async with _client(gw) as client:
@@ -88,7 +97,7 @@ async def test_sdk_compact_returns_a_compacted_resource() -> None:
 async def test_replayed_compaction_reaches_the_backend_as_its_summary() -> None:
     async with GatewayHarness() as gw:
         compacted = await _compact(gw)
-        replay = [i.model_dump(exclude_none=True) for i in compacted.output]
+        replay = _as_input(compacted)
         replay.append({"type": "message", "role": "user", "content": "Now add tests."})
         async with _client(gw) as client:
             answer = await client.responses.create(model="m", input=replay)  # type: ignore[arg-type]
@@ -187,7 +196,7 @@ async def test_the_state_key_file_is_shared_by_instances(tmp_path: Path) -> None
     key.write_bytes(base64.b64encode(b"k" * 32))
     async with GatewayHarness(state_key_file=str(key)) as first:
         compacted = await _compact(first)
-    replay = [i.model_dump(exclude_none=True) for i in compacted.output]
+    replay = _as_input(compacted)
     async with GatewayHarness(state_key_file=str(key)) as second:
         async with _client(second) as client:
             await client.responses.create(model="m", input=replay)  # type: ignore[arg-type]
@@ -366,3 +375,21 @@ async def test_a_compaction_without_backend_usage_is_estimated_not_zero() -> Non
             response = await client.responses.create(model="m", input=[*HISTORY, TRIGGER])  # type: ignore[arg-type]
     assert response.usage is not None
     assert response.usage.output_tokens >= 100 and response.usage.input_tokens > 0
+
+
+async def test_recorded_compactions_replay_the_same(tmp_path: Path) -> None:
+    """`streamer replay --compare` of a compaction turn and of the turn replaying its item
+    (opened with the recording gateway's `--state-key-file`)."""
+    key, tap_dir = tmp_path / "state.key", tmp_path / "tap"
+    key.write_bytes(b"r" * 40)
+    async with GatewayHarness(state_key_file=str(key), tap_dir=str(tap_dir)) as gw:
+        compacted = await _compact(gw)
+        replay = _as_input(compacted)
+        gw.backend.script([*text_chunks(["ok"]), finish("stop"), usage(3, 1), DONE])
+        async with _client(gw) as client:
+            await client.responses.create(model="m", input=replay, stream=True)  # type: ignore[arg-type]
+    recordings = sorted(tap_dir.iterdir())
+    assert len(recordings) == 2
+    for path in recordings:
+        argv = ["replay", str(path), "--compare", "--state-key-file", str(key)]
+        assert await run_replay(build_parser().parse_args(argv), io.StringIO()) == 0, path
