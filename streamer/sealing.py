@@ -104,7 +104,7 @@ class Sealer:
             raise _unopenable(param, "it was not made by this gateway")
         body = blob[len(PREFIX) :]
         try:
-            raw = base64.urlsafe_b64decode(body + "=" * (-len(body) % 4))
+            raw = base64.b64decode(body + "=" * (-len(body) % 4), altchars=b"-_", validate=True)
         except (binascii.Error, ValueError):
             raise _unopenable(param, "it is not valid base64url") from None
         if len(raw) < NONCE_BYTES + 16:

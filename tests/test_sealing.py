@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import base64
+
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from streamer.compaction import Compactor, restore, summary_message
 from streamer.core.deltas import Finish, ReasoningDelta, TextDelta, ToolCallDelta, Usage, WholeItem
@@ -101,3 +105,30 @@ def test_a_random_key_is_said_in_the_log_when_it_first_seals(
         ephemeral.seal("compaction", "summary", "y")
     (record,) = caplog.records
     assert "no --state-key-file" in record.getMessage() and "restart" in record.getMessage()
+
+
+BLOB = SEALER.seal("compaction", "summary", "a summary worth keeping")
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.one_of(
+        st.text(max_size=200),
+        st.text(max_size=200).map(lambda t: PREFIX + t),
+        st.integers(0, len(BLOB) - 1).map(lambda n: BLOB[:n]),
+        st.tuples(st.integers(len(PREFIX), len(BLOB) - 1), st.characters()).map(
+            lambda p: BLOB[: p[0]] + p[1] + BLOB[p[0] + 1 :]
+        ),
+    )
+)
+def test_no_mangled_blob_opens_or_fails_otherwise_than_a_400(blob: str) -> None:
+    if blob == BLOB:
+        return
+    try:
+        SEALER.open("compaction", "summary", blob, "input[0].encrypted_content")
+    except RequestError as exc:
+        assert exc.status == 400 and exc.param == "input[0].encrypted_content"
+    else:  # only an equivalent base64 spelling of the same blob may open
+        assert base64.urlsafe_b64decode(blob[len(PREFIX) :] + "==") == base64.urlsafe_b64decode(
+            BLOB[len(PREFIX) :] + "=="
+        )
