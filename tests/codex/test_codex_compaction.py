@@ -28,7 +28,15 @@ from codex_harness import (
     run_codex,
     start_gateway,
 )
-from scripted_backend import DONE, ScriptedBackend, finish, text_chunks, tool_call_chunks, usage
+from scripted_backend import (
+    DONE,
+    ScriptedBackend,
+    finish,
+    reasoning_chunks,
+    text_chunks,
+    tool_call_chunks,
+    usage,
+)
 
 from streamer.compaction import HANDOVER_PROMPT
 
@@ -66,6 +74,8 @@ class LongSession:
     seen_after: list[bool] = field(default_factory=list)
     waiting: bool = False  # a compaction happened, its next ordinary turn not yet seen
     trace: list[str] = field(default_factory=list)  # one line per request, for failures
+    # earlier tool-call turns replayed without their reasoning_content (DeepSeek needs it)
+    unreasoned: list[str] = field(default_factory=list)
 
     def __call__(self, body: dict[str, Any]) -> list[Any]:
         messages = body["messages"]
@@ -79,14 +89,19 @@ class LongSession:
             self.seen_after.append(self.summaries[-1] in everything)
             self.waiting = False
         results = sum(m.get("role") == "tool" for m in messages)
+        for m in messages:
+            for call in m.get("tool_calls") or ():
+                if m.get("reasoning_content") != f"thinking about {call['id']}":
+                    self.unreasoned.append(call["id"])
         self.trace.append(f"turn: {len(messages)} messages, {results} results")
         end = [usage(200 + TOKENS_PER_RESULT * results, 20), DONE]
         if self.calls >= self.steps:
             return [*text_chunks([f"{FINAL} after {self.calls} steps"]), finish("stop"), *end]
         self.calls += 1
         arguments = f'{{"cmd": "echo STEP-{self.calls}-RAN"}}'
-        call = tool_call_chunks(0, f"call_step_{self.calls}", ["exec_command"], [arguments])
-        return [*call, finish("tool_calls"), *end]
+        call_id = f"call_step_{self.calls}"
+        call = tool_call_chunks(0, call_id, ["exec_command"], [arguments])
+        return [*reasoning_chunks([f"thinking about {call_id}"]), *call, finish("tool_calls"), *end]
 
     def _summary(self, kind: str, body: dict[str, Any]) -> list[Any]:
         self.compactions[kind] += 1
@@ -108,7 +123,9 @@ async def _session(
     upstream = await backend.start()
     try:
         async with (
-            start_gateway(tmp_path / "gateway.log", "--upstream", upstream) as gateway,
+            start_gateway(
+                tmp_path / "gateway.log", "--upstream", upstream, "--backend-profile", "deepseek"
+            ) as gateway,
             SniffingProxy(gateway.port) as proxy,
         ):
             run = await run_codex(
@@ -142,6 +159,8 @@ def _assert_long_session(session: LongSession, run: Any, kind: str) -> None:
     # the turn after each compaction saw its summary (the last may have ended the session)
     assert all(session.seen_after) and len(session.seen_after) >= 2, session
     assert "remote compaction" not in run.stderr, run.describe()
+    # the reasoning of every earlier tool-call turn came back with it (sealed and opened)
+    assert session.unreasoned == [], session.unreasoned
 
 
 @pytest.mark.parametrize("websockets", [False, True], ids=["http", "websocket"])
