@@ -96,6 +96,10 @@ class Sealer:
 
     def open(self, kind: Kind, field: str, blob: Any, param: str) -> str:
         """The text sealed in `blob` under `field`, or a 400 whose `param` is `param`."""
+        if blob is None:
+            raise invalid(
+                f"Missing required parameter: '{param}'.", param, "missing_required_parameter"
+            )
         if not isinstance(blob, str):
             raise invalid(f"Invalid type for '{param}': expected a string.", param, "invalid_type")
         if len(blob) > MAX_SEALED_CHARS:
