@@ -342,6 +342,14 @@ SETTINGS: tuple[Setting, ...] = (
         "before ending it itself.",
         float,
     ),
+    Setting(
+        "--state-key-file",
+        "state_key_file",
+        None,
+        "File holding the secret (32+ bytes) that seals encrypted_content (compaction, "
+        "reasoning); instances that share it open each other's. Unset: a random key per "
+        "process (a restart cannot open older items).",
+    ),
     Setting("--tap-dir", "tap_dir", None, "Record every exchange as JSON lines in this folder."),
     Setting(
         "--shutdown-grace",
@@ -414,6 +422,7 @@ class Settings:
     store_timeout: float = 2.0
     background_store_wait: float = 10.0
     background_cancel_wait: float = 5.0
+    state_key_file: str | None = None
     tap_dir: str | None = None
     shutdown_grace: float = 30.0
     trim_after: float = 2.0

@@ -25,6 +25,7 @@ from streamer.pipeline import Sink, Turn, TurnOptions, prepare
 from streamer.quiet_trim import QuietTrim, malloc_trim
 from streamer.recorder import TapDirectory
 from streamer.records import stored
+from streamer.sealing import EPHEMERAL_KEY, Sealer, load_sealer
 from streamer.store import ResponseStore, StoreUnavailable
 from streamer.upstream.chat.profiles import BackendProfile, lowering_options, resolve
 from streamer.upstream.registry import UpstreamRegistry
@@ -74,7 +75,17 @@ def turn_options(settings: Settings) -> TurnOptions:
         max_output_bytes=settings.max_output_bytes,
         max_output_items=settings.max_output_items,
         max_turn_seconds=settings.max_turn_seconds,
+        sealer=state_sealer(settings.state_key_file),
     )
+
+
+def state_sealer(path: str | None) -> Sealer:
+    """The sealer of `--state-key-file`; without one a random key (the log says so, at
+    startup and when it first seals something)."""
+    sealer = load_sealer(path)
+    if sealer.ephemeral:
+        log.info("no --state-key-file: %s", EPHEMERAL_KEY)
+    return sealer
 
 
 def previous_not_found(response_id: str) -> RequestError:

@@ -19,6 +19,8 @@ from collections.abc import AsyncGenerator, AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from streamer.compaction import Compactor, compaction_request, is_compaction, last_user_request
+from streamer.compaction import restore as restore_sealed
 from streamer.core.deltas import Usage
 from streamer.core.errors import RequestError, invalid
 from streamer.core.events import Event
@@ -27,6 +29,7 @@ from streamer.core.output import OutputItemStreamer
 from streamer.core.output_items import OutputLimits
 from streamer.core.response import new_response
 from streamer.core.tools import NamingConfig, ResponsesToolNames
+from streamer.sealing import REASONING_INCLUDE, Sealer
 from streamer.upstream.batch import Batch
 from streamer.upstream.first_call import first_call_only
 
@@ -80,6 +83,7 @@ class TurnOptions:
     max_output_bytes: int = 16 * 1024 * 1024  # see OutputLimits
     max_output_items: int = 2048
     max_turn_seconds: float = 3600.0
+    sealer: Sealer = field(default_factory=Sealer.random)  # encrypted_content (--state-key-file)
 
 
 @dataclass(slots=True)
@@ -94,6 +98,7 @@ class Turn:
     headers: dict[str, str] = field(default_factory=dict)
     client: str = ""  # who asked (streamer.identity): pools and stored responses are per client
     max_seconds: float = 3600.0  # the turn's deadline, from its start (TurnOptions)
+    compactor: Compactor | None = None  # a compaction turn (streamer/compaction.py)
 
     @property
     def response(self) -> dict[str, Any]:
@@ -258,13 +263,42 @@ def prepare(
         raise invalid(
             f"Too many input items: {len(items)} (at most {options.max_input_items}).", "input"
         )
-    names = ResponsesToolNames.convert(request.get("tools"), items, config=options.naming)
-    chat_request = lower(request, items, names, options.lowering)
+    view = restore_sealed(items, options.sealer, offset=len(history))  # opened, or a 400
+    names = ResponsesToolNames.convert(request.get("tools"), view, config=options.naming)
+    compactor = None
+    if is_compaction(new_items):
+        chat_request = compaction_request(request, view, names, options.lowering)
+        compactor = Compactor(options.sealer, last_user_request(items), options.max_output_bytes)
+    else:
+        chat_request = lower(request, view, names, options.lowering)
     response = new_response(request, response_id=response_id)
     limits = OutputLimits(options.max_output_bytes, options.max_output_items)
     prompt = {k: chat_request[k] for k in ("messages", "tools") if k in chat_request}
-    streamer = OutputItemStreamer(names, response, limits=limits, prompt=prompt)
-    return Turn(request, items, names, chat_request, streamer, max_seconds=options.max_turn_seconds)
+    streamer = OutputItemStreamer(
+        names,
+        response,
+        limits=limits,
+        prompt=prompt,
+        seal_reasoning=_reasoning_sealer(request, options),
+    )
+    return Turn(
+        request,
+        items,
+        names,
+        chat_request,
+        streamer,
+        max_seconds=options.max_turn_seconds,
+        compactor=compactor,
+    )
+
+
+def _reasoning_sealer(request: dict[str, Any], options: TurnOptions) -> Callable[[str], str] | None:
+    """Reasoning items carry their text sealed when the client asks for it."""
+    include = request.get("include")
+    if not isinstance(include, list) or REASONING_INCLUDE not in include:
+        return None
+    sealer = options.sealer
+    return lambda text: sealer.seal("reasoning", "text", text)
 
 
 class TurnTimeout(Exception):
@@ -376,6 +410,8 @@ async def stream_events(
         next_batch, batch = aiter(stream).__anext__, stream.first
         if turn.request.get("parallel_tool_calls") is False:  # enforced: backends ignore it
             next_batch, batch = first_call_only(next_batch, batch)
+        if turn.compactor is not None:  # the answer is the summary, not output
+            next_batch, batch = turn.compactor.wrap(next_batch, batch)
         if batch is not None:  # the first deltas came with the head: they leave with `created`
             unsent += streamer.feed(batch) + _settle(turn, batch.end)
         first, unsent = unsent, []
@@ -423,10 +459,15 @@ def _failed(turn: Turn, exc: Exception, clock: TurnClock) -> list[Event]:
 
 def _settle(turn: Turn, end: bool) -> list[Event]:
     """The terminal events once the streamer is past a limit or the backend is done (`end`)."""
-    if turn.streamer.exceeded:
+    streamer, compactor = turn.streamer, turn.compactor
+    if compactor is not None and compactor.exceeded and not streamer.exceeded:
+        streamer.exceeded = "max_output_bytes"  # a summary past the limit: no item
+    if streamer.exceeded:
         return _limit_hit(turn)
     if end:
-        return turn.streamer.finish()
+        if compactor is not None and not streamer.done:
+            return streamer.feed(compactor.item()) + streamer.finish()
+        return streamer.finish()
     return []
 
 

@@ -291,7 +291,7 @@ async def test_unknown_fields_and_items_pass_without_error(
         model="m",
         input=[
             {"type": "item_reference", "id": "msg_x"},
-            {"type": "compaction", "encrypted_content": "opaque"},
+            {"type": "brand_new_item", "data": 1},  # (a compaction is opened: test_compaction)
             {"role": "user", "content": "hi", "phase": "final_answer"},
         ],
         extra_body={"client_metadata": {"a": "b"}, "prompt_cache_key": "k", "brand_new_field": 1},

@@ -7,6 +7,7 @@ An upstream decoder (Chat Completions today) turns the backend's chunks into the
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 
 @dataclass(slots=True)
@@ -68,4 +69,20 @@ class UpstreamError:
     message: str
 
 
-Delta = TextDelta | ReasoningDelta | RefusalDelta | ToolCallDelta | Finish | Usage | UpstreamError
+@dataclass(slots=True)
+class WholeItem:
+    """An output item made whole by the gateway (a compaction): added and done at once."""
+
+    item: dict[str, Any]
+
+
+Delta = (
+    TextDelta
+    | ReasoningDelta
+    | RefusalDelta
+    | ToolCallDelta
+    | Finish
+    | Usage
+    | UpstreamError
+    | WholeItem
+)

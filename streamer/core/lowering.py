@@ -6,8 +6,9 @@ Choices that every Chat backend accepts:
 - consecutive assistant-side items (messages, tool calls, reasoning) become ONE assistant
   message, so each `tool_calls` message is directly followed by its `tool` messages;
 - what Chat cannot carry (file_id images, images in tool results or assistant turns,
-  encrypted reasoning, item references, compaction, unknown items) becomes a short bracketed
-  note or is left out of the chat view; it is never an error.
+  encrypted reasoning, item references, unknown items) becomes a short bracketed note or is
+  left out of the chat view; it is never an error. Sealed items (compaction, reasoning with
+  `encrypted_content`) are opened before lowering (streamer/compaction.py `restore`).
 """
 
 from __future__ import annotations

@@ -35,6 +35,7 @@ from streamer.core.deltas import (
     ToolCallDelta,
     UpstreamError,
     Usage,
+    WholeItem,
 )
 from streamer.core.events import Event
 from streamer.core.output_items import (
@@ -88,8 +89,12 @@ class OutputItemStreamer:
         make_id: Callable[[str], str] = new_id,
         limits: OutputLimits | None = None,
         prompt: Any = None,
+        seal_reasoning: Callable[[str], str] | None = None,
     ) -> None:
         limits = limits or OutputLimits()
+        # the client asked for `reasoning.encrypted_content`: each reasoning item carries
+        # its text sealed (streamer/sealing.py), for clients that keep only that
+        self._seal_reasoning = seal_reasoning
         self._prompt = prompt  # what was sent (JSON-able): usage is estimated from it if need be
         self.names = names
         self.response = response
@@ -121,6 +126,7 @@ class OutputItemStreamer:
             Finish: self._on_finish,
             Usage: self._on_usage,
             UpstreamError: self._on_error,
+            WholeItem: self._on_whole_item,
         }
 
     # -- public API -------------------------------------------------------------
@@ -262,6 +268,16 @@ class OutputItemStreamer:
 
     def _on_error(self, delta: UpstreamError) -> None:
         self._fail(delta.code, delta.message)
+
+    def _on_whole_item(self, delta: WholeItem) -> None:
+        """An item made whole (a compaction): `output_item.added` and `.done` at once."""
+        if not self._new_item():
+            return
+        self._close_open("completed")
+        item, output_index = delta.item, len(self._output)
+        for event_type in ("response.output_item.added", "response.output_item.done"):
+            self._event({"type": event_type, "output_index": output_index, "item": item})
+        self._output.append(item)
 
     # -- limits -------------------------------------------------------------------
 
@@ -417,7 +433,11 @@ class OutputItemStreamer:
         if item.part is not None:
             self._close_part(item)
         self._open = None
-        self._done_item(item.item, item.output_index, status)
+        body = item.item
+        if self._seal_reasoning is not None and body["type"] == "reasoning":
+            texts = [p["text"] for p in body["content"] if p.get("type") == "reasoning_text"]
+            body["encrypted_content"] = self._seal_reasoning("\n".join(texts))
+        self._done_item(body, item.output_index, status)
 
     # -- tool calls ---------------------------------------------------------------
 
@@ -575,6 +595,8 @@ def estimate_usage(prompt: Any, output: list[dict[str, Any]]) -> Usage:
         for key in ("arguments", "input"):
             value = item.get(key)
             made += len(value) if isinstance(value, str) else 0
+        if item.get("type") == "compaction":  # its summary, sealed: about 3/4 of the blob
+            made += len(item.get("encrypted_content") or "") * 3 // 4
     return Usage(
         input_tokens=-(-sent // CHARS_PER_TOKEN), output_tokens=-(-made // CHARS_PER_TOKEN)
     )

@@ -10,6 +10,7 @@ from typing import Any
 import orjson
 from aiohttp import web
 
+from streamer.compaction import compacted, compaction_body
 from streamer.core import sse
 from streamer.core.errors import RequestError, invalid, shutting_down
 from streamer.core.events import Event
@@ -130,6 +131,25 @@ async def create_response(request: web.Request) -> web.StreamResponse:
             await gateway.run(turn, _JSONSink(), "json")
             return json_response(turn.response)
         return await stream_sse(request, gateway, turn)
+
+
+async def compact(request: web.Request) -> web.Response:
+    """POST /v1/responses/compact: the compaction turn of the trigger (streamer/compaction.py),
+    answered as a `response.compaction` object."""
+    gateway = request.app[GATEWAY]
+    if gateway.in_flight.closing:
+        raise shutting_down()
+    body = compaction_body(await read_json(request))
+    headers = request.headers
+    turn = await gateway.prepare(
+        body,
+        client=gateway.client(request.get(CLIENT), headers),
+        authorization=headers.get("Authorization"),
+    )
+    gateway.stats["http_turns"] += 1
+    with gateway.in_flight.tracking():
+        await gateway.run(turn, _JSONSink(), "json")
+    return json_response(compacted(turn.response, turn.items))
 
 
 class _JSONSink:
@@ -272,6 +292,7 @@ async def metrics(request: web.Request) -> web.Response:
 def add_routes(app: web.Application) -> None:
     app[READY_PROBE] = ReadyProbe()
     app.router.add_post("/v1/responses", create_response)
+    app.router.add_post("/v1/responses/compact", compact)
     app.router.add_get("/v1/models", list_models)
     app.router.add_get("/healthz", healthz)
     app.router.add_get("/readyz", readyz)

@@ -24,6 +24,7 @@ from streamer.core.events import Event
 from streamer.core.tools import NamingConfig
 from streamer.pipeline import TurnOptions, prepare, stream_events
 from streamer.recorder import chunk_bytes
+from streamer.sealing import load_sealer
 from streamer.tap.command import EXIT_CLEAN, EXIT_UNREADABLE, EXIT_VIOLATIONS, use_color
 from streamer.tap.grammar import GrammarChecker
 from streamer.tap.render import Renderer
@@ -112,6 +113,8 @@ def normalised(events: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
                     item = ids.setdefault(item, f"<id{len(ids)}>")
                 elif key in ("created_at", "completed_at") and item is not None:
                     item = 0
+                elif key == "encrypted_content" and isinstance(item, str):
+                    item = "<sealed>"  # a fresh nonce every time (streamer/sealing.py)
                 out[key] = walk(item)
             return out
         if isinstance(value, list):
@@ -136,6 +139,9 @@ def add_replay_parser(subparsers: Any) -> argparse.ArgumentParser:
     parser.add_argument("--color", choices=("auto", "always", "never"), default="auto")
     parser.add_argument("--tool-name-style", default="codex")
     parser.add_argument("--max-tool-name-length", type=int, default=64)
+    parser.add_argument(
+        "--state-key-file", help="the recording gateway's, to open sealed items in its request"
+    )
     return parser
 
 
@@ -146,7 +152,8 @@ async def run_replay(args: argparse.Namespace, out: TextIO | None = None) -> int
         options = TurnOptions(
             naming=NamingConfig(
                 style=args.tool_name_style, max_name_length=args.max_tool_name_length
-            )
+            ),
+            sealer=load_sealer(args.state_key_file),
         )
         events = [orjson.loads(e.data) for e in await replay(recording, options)]
     except (OSError, ValueError, RequestError, orjson.JSONDecodeError) as exc:

@@ -1,0 +1,147 @@
+"""Sealed `encrypted_content`: what the gateway must get back to restore an item (pure).
+
+A compaction item carries its summary, a reasoning item (when the client asks for
+`include: ["reasoning.encrypted_content"]`) its reasoning text, sealed with AES-256-GCM
+under the gateway's state key (`--state-key-file`; without it a random key per process).
+The blob's kind (`compaction`, `reasoning`) is bound to it as associated data, so a
+reasoning blob never opens as a compaction. A blob that does not open (another key,
+tampered, truncated, not ours, too long) is a 400 naming the item's field, never a drop.
+
+Blob: `stm1_` + base64url(nonce(12) || ciphertext || tag(16)), no padding. The plaintext
+is a JSON object (`{"summary": …}`, `{"text": …}`).
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import hashlib
+import logging
+import os
+from collections.abc import Callable
+from typing import Any, Literal
+
+import orjson
+from cryptography.exceptions import InvalidTag
+from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+
+from streamer.core.errors import RequestError, invalid
+
+log = logging.getLogger("streamer.sealing")
+
+Kind = Literal["compaction", "reasoning"]
+REASONING_INCLUDE = "reasoning.encrypted_content"
+
+PREFIX = "stm1_"
+NONCE_BYTES = 12
+MIN_SECRET_BYTES = 32
+MAX_PLAIN_BYTES = 3 * 1024 * 1024
+"""What one blob holds at most (its JSON): longer text is cut, its end kept, when sealed."""
+EPHEMERAL_KEY = (
+    "encrypted_content (compaction, reasoning) is sealed with a random key of this process; "
+    "after a restart, or on another instance, such items cannot be opened (give every "
+    "instance the same --state-key-file)"
+)
+MAX_SEALED_CHARS = len(PREFIX) + (MAX_PLAIN_BYTES + NONCE_BYTES + 16 + 2) // 3 * 4
+"""The longest `encrypted_content` the gateway opens (about 4 MiB; a 400 beyond): the
+longest it makes."""
+
+
+class Sealer:
+    """Seals and opens `encrypted_content` blobs with one AES-256-GCM key."""
+
+    __slots__ = ("_aead", "_nonce", "_warn", "ephemeral")
+
+    def __init__(
+        self,
+        key: bytes,
+        *,
+        ephemeral: bool = False,
+        nonce: Callable[[int], bytes] = os.urandom,
+    ) -> None:
+        if len(key) != 32:
+            raise ValueError("the state key must be 32 bytes")
+        self._aead = AESGCM(key)
+        self._nonce = nonce
+        self.ephemeral = ephemeral  # a random key of this process only
+        self._warn = ephemeral  # said in the log when it first seals something
+
+    @classmethod
+    def random(cls) -> Sealer:
+        return cls(AESGCM.generate_key(bit_length=256), ephemeral=True)
+
+    @classmethod
+    def from_secret(cls, secret: bytes) -> Sealer:
+        """The key of a state key file's secret (its SHA-256, surrounding whitespace aside)."""
+        secret = secret.strip()
+        if len(secret) < MIN_SECRET_BYTES:
+            raise ValueError(
+                f"the state key file must hold at least {MIN_SECRET_BYTES} bytes of secret "
+                f"(it holds {len(secret)}); e.g. `head -c 32 /dev/urandom | base64 > FILE`"
+            )
+        return cls(hashlib.sha256(b"streamer state key\0" + secret).digest())
+
+    def seal(self, kind: Kind, field: str, text: str) -> str:
+        """`{field: text}` sealed as a `kind` blob (`text` cut to `MAX_PLAIN_BYTES`)."""
+        plain = orjson.dumps({field: text})
+        while len(plain) > MAX_PLAIN_BYTES:
+            text = text[-(len(text) * 3 // 4) :]
+            plain = orjson.dumps({field: "[…earlier text cut]\n" + text})
+        if self._warn:
+            self._warn = False
+            log.warning("no --state-key-file: %s", EPHEMERAL_KEY)
+        nonce = self._nonce(NONCE_BYTES)
+        sealed = self._aead.encrypt(nonce, plain, _aad(kind))
+        return PREFIX + base64.urlsafe_b64encode(nonce + sealed).rstrip(b"=").decode()
+
+    def open(self, kind: Kind, field: str, blob: Any, param: str) -> str:
+        """The text sealed in `blob` under `field`, or a 400 whose `param` is `param`."""
+        if blob is None:
+            raise invalid(
+                f"Missing required parameter: '{param}'.", param, "missing_required_parameter"
+            )
+        if not isinstance(blob, str):
+            raise invalid(f"Invalid type for '{param}': expected a string.", param, "invalid_type")
+        if len(blob) > MAX_SEALED_CHARS:
+            raise _unopenable(param, f"it is longer than {MAX_SEALED_CHARS} characters")
+        if not blob.startswith(PREFIX):
+            raise _unopenable(param, "it was not made by this gateway")
+        body = blob[len(PREFIX) :]
+        try:
+            raw = base64.b64decode(body + "=" * (-len(body) % 4), altchars=b"-_", validate=True)
+        except (binascii.Error, ValueError):
+            raise _unopenable(param, "it is not valid base64url") from None
+        if len(raw) < NONCE_BYTES + 16:
+            raise _unopenable(param, "it is truncated")
+        try:
+            plain = self._aead.decrypt(raw[:NONCE_BYTES], raw[NONCE_BYTES:], _aad(kind))
+        except InvalidTag:
+            raise _unopenable(
+                param,
+                f"it is not a {kind} item sealed with this gateway's state key "
+                "(another key, altered or truncated)",
+            ) from None
+        text = orjson.loads(plain).get(field)  # only ever written by `seal`
+        if not isinstance(text, str):
+            raise _unopenable(param, f"it holds no {field}")
+        return text
+
+
+def _aad(kind: Kind) -> bytes:
+    return b"streamer encrypted_content v1 " + kind.encode()
+
+
+def _unopenable(param: str, why: str) -> RequestError:
+    return invalid(
+        f"Invalid '{param}': the encrypted content could not be opened: {why}.",
+        param,
+        "invalid_encrypted_content",
+    )
+
+
+def load_sealer(path: str | None) -> Sealer:
+    """The sealer of `--state-key-file`, or a random one for this process only."""
+    if not path:
+        return Sealer.random()
+    with open(path, "rb") as fh:
+        return Sealer.from_secret(fh.read())
