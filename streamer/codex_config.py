@@ -20,12 +20,18 @@ def toml_string(value: str) -> str:
 
 
 def codex_config(
-    base_url: str, model: str, *, websockets: bool = True, key_env: str | None = None
+    base_url: str,
+    model: str,
+    *,
+    websockets: bool = True,
+    key_env: str | None = None,
+    remote_compaction: bool = False,
 ) -> str:
     """`model`, `model_provider` and the `[model_providers.streamer]` table, last.
 
     `base_url` ends in /v1; `key_env`: the environment variable holding a client key of the
-    gateway (None: the gateway takes none)."""
+    gateway (None: the gateway takes none); `remote_compaction`: name the provider "OpenAI",
+    the one name for which Codex asks the server to compact (the gateway does it)."""
     key = (
         [
             f"# export {key_env}=<one of the gateway's --api-key values>",
@@ -40,7 +46,11 @@ def codex_config(
         f"model_provider = {toml_string(PROVIDER_ID)}",
         "",
         f"[model_providers.{PROVIDER_ID}]",
-        f"name = {toml_string(PROVIDER_ID)}",
+        *(
+            ['name = "OpenAI"  # Codex compacts remotely (the gateway summarises) for this name']
+            if remote_compaction
+            else [f"name = {toml_string(PROVIDER_ID)}"]
+        ),
         f"base_url = {toml_string(base_url)}  # Codex appends /responses",
         'wire_api = "responses"',
         f"supports_websockets = {'true' if websockets else 'false'}",

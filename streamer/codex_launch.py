@@ -52,6 +52,12 @@ def _codex_options(parser: argparse.ArgumentParser) -> None:
         help="model Codex asks for [default: --model, else the first model the gateway lists]",
     )
     parser.add_argument(
+        "--codex-remote-compaction",
+        action="store_true",
+        help="Codex asks the gateway to compact (its provider is named OpenAI); default: "
+        "Codex compacts itself",
+    )
+    parser.add_argument(
         "--codex-sse",
         action="store_true",
         help="Codex talks SSE over HTTP (default: the WebSocket mode)",
@@ -216,14 +222,29 @@ def run_codex(args: argparse.Namespace, argv: Sequence[str], passthrough: Sequen
     websockets = not args.codex_sse
     if args.print_config:
         model = pick_model(args, settings, origin, key)
-        print(codex_config(origin + "/v1", model, websockets=websockets, key_env=key_env), end="")
+        print(
+            codex_config(
+                origin + "/v1",
+                model,
+                websockets=websockets,
+                key_env=key_env,
+                remote_compaction=args.codex_remote_compaction,
+            ),
+            end="",
+        )
         return 0
     binary = find_codex(args.codex_bin)
     home = Path(args.codex_home) if args.codex_home else default_home()
     home.mkdir(parents=True, exist_ok=True)
     with gateway_at(origin, serve_flags(argv[1:]), home / "gateway.log"):
         model = pick_model(args, settings, origin, key)
-        config = codex_config(origin + "/v1", model, websockets=websockets, key_env=key_env)
+        config = codex_config(
+            origin + "/v1",
+            model,
+            websockets=websockets,
+            key_env=key_env,
+            remote_compaction=args.codex_remote_compaction,
+        )
         (home / "config.toml").write_text(config, encoding="utf-8")
         env = {**os.environ, "CODEX_HOME": str(home)}
         if key:

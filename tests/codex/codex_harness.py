@@ -173,6 +173,7 @@ async def run_codex(
     supports_websockets: bool = False,
     timeout: float = 120.0,
     extra_args: tuple[str, ...] = (),
+    config_args: tuple[str, ...] = (),
 ) -> CodexRun:
     """Run one `codex exec` turn; async so that servers in this event loop keep serving."""
     binary = codex_binary()
@@ -180,7 +181,7 @@ async def run_codex(
         raise RuntimeError("codex is not installed: run scripts/install-codex.sh")
     home, cwd, probe_log = workdir / "codex-home", workdir / "cwd", workdir / "probe-calls.jsonl"
     cwd.mkdir(parents=True, exist_ok=True)
-    printed = await print_config(base_url)
+    printed = await print_config(base_url, *config_args)
     write_config(home, printed, supports_websockets=supports_websockets, probe_log=probe_log)
     # A minimal environment: no user config, keys or proxies leak in.
     env = {

@@ -115,7 +115,7 @@ class LongSession:
 
 
 async def _session(
-    tmp_path: Path, *, provider: str, websockets: bool
+    tmp_path: Path, *, remote: bool, websockets: bool
 ) -> tuple[LongSession, Any, Any, dict[str, Any]]:
     session = LongSession()
     backend = ScriptedBackend()
@@ -134,11 +134,10 @@ async def _session(
                 tmp_path,
                 supports_websockets=websockets,
                 timeout=240,
-                extra_args=(
-                    "-c", f"model_providers.gw.name={provider!r}",
-                    "-c", f"model_auto_compact_token_limit={AUTO_COMPACT_LIMIT}",
-                ),
-            )  # fmt: skip
+                extra_args=("-c", f"model_auto_compact_token_limit={AUTO_COMPACT_LIMIT}"),
+                # remote: the printed config names the provider "OpenAI"
+                config_args=("--codex-remote-compaction",) if remote else (),
+            )
             stats = (await http_get_json(f"http://127.0.0.1:{gateway.port}/healthz"))["stats"]
     finally:
         await backend.stop()
@@ -167,9 +166,7 @@ def _assert_long_session(session: LongSession, run: Any, kind: str) -> None:
 async def test_codex_compacts_remotely_through_the_gateway(
     tmp_path: Path, websockets: bool
 ) -> None:
-    session, run, traffic, stats = await _session(
-        tmp_path, provider="OpenAI", websockets=websockets
-    )
+    session, run, traffic, stats = await _session(tmp_path, remote=True, websockets=websockets)
     _assert_long_session(session, run, "remote")
     _assert_transport(run, traffic, stats, websockets)
 
@@ -178,9 +175,7 @@ async def test_codex_compacts_remotely_through_the_gateway(
 async def test_codex_compacts_locally_with_another_provider_name(
     tmp_path: Path, websockets: bool
 ) -> None:
-    session, run, traffic, stats = await _session(
-        tmp_path, provider="gateway", websockets=websockets
-    )
+    session, run, traffic, stats = await _session(tmp_path, remote=False, websockets=websockets)
     _assert_long_session(session, run, "local")
     _assert_transport(run, traffic, stats, websockets)
 
