@@ -299,3 +299,27 @@ async def test_context_overflow_is_context_length_exceeded(
         )
     assert raised.value.code == "context_length_exceeded", raised.value.body
     assert "context" in raised.value.message
+
+
+PNG_1PX = (
+    "data:image/png;base64,iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mP8z8BQ"
+    "DwAEhQGAhKmMIQAAAABJRU5ErkJggg=="
+)
+
+
+async def test_tool_output_image_to_a_model_without_vision(real_client: AsyncOpenAI) -> None:
+    """The image of a `view_image` output reaches llama.cpp as a user image part; this model
+    has no vision projector, so llama.cpp refuses it, and the SDK sees a 400 with llama.cpp's
+    own message (a deterministic rejection: not a 500 that clients retry)."""
+    items: Any = [
+        {"role": "user", "content": "Look at red.png"},
+        {"type": "function_call", "call_id": "c1", "name": "view_image", "arguments": "{}"},
+        {"type": "function_call_output", "call_id": "c1", "output": [
+            {"type": "input_image", "image_url": PNG_1PX}
+        ]},
+    ]  # fmt: skip
+    with pytest.raises(openai.BadRequestError) as raised:
+        await real_client.responses.create(
+            model="tiny", input=items, tools=[fn("view_image")], max_output_tokens=4
+        )
+    assert "image" in raised.value.message.lower(), raised.value.body
