@@ -256,6 +256,14 @@ SETTINGS: tuple[Setting, ...] = (
         "stream_options, …). Unset: the profile's (generic: user).",
     ),
     Setting(
+        "--file-parts",
+        "file_parts",
+        None,
+        "Send input_file parts (in messages and tool outputs) as Chat file parts; else a note "
+        "in the text. Unset: the profile's (generic: false; openai, openrouter: true).",
+        _bool,
+    ),
+    Setting(
         "--replay-reasoning",
         "replay_reasoning",
         True,
@@ -408,6 +416,7 @@ class Settings:
     reasoning_efforts: str | None = None
     max_tokens_field: str | None = None
     drop_params: str | None = None
+    file_parts: bool | None = None
     replay_reasoning: bool = True
     idle_timeout: float = 300.0
     first_byte_timeout: float = 0.0

@@ -47,6 +47,7 @@ def backend_profile(settings: Settings) -> BackendProfile:
         reasoning_efforts=settings.reasoning_efforts,
         max_tokens_field=settings.max_tokens_field,
         drop_params=settings.drop_params,
+        file_parts=settings.file_parts,
     )
 
 

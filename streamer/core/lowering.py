@@ -5,10 +5,14 @@ Choices that every Chat backend accepts:
   with a list of text parts); only user messages with an image or file keep a part list;
 - consecutive assistant-side items (messages, tool calls, reasoning) become ONE assistant
   message, so each `tool_calls` message is directly followed by its `tool` messages;
-- what Chat cannot carry (file_id images, images in tool results or assistant turns,
-  encrypted reasoning, item references, unknown items) becomes a short bracketed note or is
-  left out of the chat view; it is never an error. Sealed items (compaction, reasoning with
-  `encrypted_content`) are opened before lowering (streamer/compaction.py `restore`).
+- images and files in a tool's output (Codex's `view_image`) go in one user message right
+  after the tool messages (a `tool` message carries text only); the tool message keeps the
+  text and a note where each one was; files only when the backend takes them (`file_parts`);
+- what Chat cannot carry (file_id images, images in assistant turns, files for a backend
+  without file input, encrypted reasoning, item references, unknown items) becomes a short
+  bracketed note or is left out of the chat view; it is never an error. Sealed items
+  (compaction, reasoning with `encrypted_content`) are opened before lowering
+  (streamer/compaction.py `restore`).
 """
 
 from __future__ import annotations
@@ -42,6 +46,12 @@ _SYSTEM_ROLES = ("system", "developer")
 INSTRUCTIONS_MARK = "[Instructions from the developer, not the user]"
 """Heads a later system/developer message sent as a user message (`system_messages="user"`)."""
 _CHAT_DETAILS = ("auto", "low", "high")
+TOOL_MEDIA_MARK = "[Attached by the output of tool call"
+"""Heads the images/files of one call's output in the user message after the tool messages."""
+_MOVED = {
+    "image_url": "[image: sent in the next message]",
+    "file": "[file: sent in the next message]",
+}
 
 
 @dataclass(frozen=True)
@@ -61,6 +71,8 @@ class LoweringOptions:
     """The reasoning efforts the backend takes (None: any); others map to the nearest."""
     drop: frozenset[str] = frozenset({"user"})
     """Chat parameters left out of the request (the backend rejects them)."""
+    file_parts: bool = False
+    """`input_file` parts go to the backend as Chat `file` parts; else a note in the text."""
 
 
 def lower(
@@ -104,6 +116,8 @@ class _Messages:
         self.calls: list[dict[str, Any]] = []
         self.reasoning: list[str] = []
         self.search_ids: deque[str] = deque()  # synthesised ids of call_id-less searches
+        self.file_parts = options.file_parts
+        self.media: list[dict[str, Any]] = []  # tool outputs' images/files, for a user message
 
     def open(self) -> list[str]:
         if self.texts is None:
@@ -123,8 +137,16 @@ class _Messages:
             self.out.append(msg)
         self.texts, self.calls, self.reasoning = None, [], []
 
+    def flush_media(self) -> None:
+        """The images and files of the tool outputs just added, as one user message."""
+        if self.media:
+            self.out.append({"role": "user", "content": self.media})
+            self.media = []
+
     def add(self, index: int, item: dict[str, Any]) -> None:
         kind = item.get("type", "item_reference")
+        if kind not in OUTPUT_TYPES:
+            self.flush_media()  # after the run of tool messages, before anything else
         if kind == "message":
             self.message(item)
         elif kind in CALL_TYPES:
@@ -137,7 +159,11 @@ class _Messages:
             if not call_id:
                 return  # a result with nothing to answer: its tools are still callable
             self.close()
-            self.out.append({"role": "tool", "tool_call_id": call_id, "content": self.result(item)})
+            content, media = self.result(item)
+            self.out.append({"role": "tool", "tool_call_id": call_id, "content": content})
+            if media:
+                self.media.append({"type": "text", "text": f"{TOOL_MEDIA_MARK} {call_id}]"})
+                self.media.extend(media)
         elif kind == "reasoning":
             text = _reasoning_text(item)
             if text and self.replay_reasoning:
@@ -152,7 +178,7 @@ class _Messages:
             self.system(_text(content))
             return
         self.close()
-        self.out.append({"role": "user", "content": _user_content(content)})
+        self.out.append({"role": "user", "content": _user_content(content, self.file_parts)})
 
     def system(self, text: str) -> None:
         """A system/developer message, placed by the policy (`LoweringOptions.system_messages`)."""
@@ -214,13 +240,23 @@ class _Messages:
                 return tool.name
         return self.names.encode(None, "tool_search", "tool_search")
 
-    def result(self, item: dict[str, Any]) -> str:
+    def result(self, item: dict[str, Any]) -> tuple[str, list[dict[str, Any]]]:
+        """A tool message's text, and the images/files that go in the user message after it."""
         if item["type"] == "tool_search_output":
-            return self.loaded_tools(item.get("tools") or [])
+            return self.loaded_tools(item.get("tools") or []), []
         output = item["output"]
         if isinstance(output, str):
-            return output
-        return "\n".join(_part_text(p) for p in output)
+            return output, []
+        texts: list[str] = []
+        media: list[dict[str, Any]] = []
+        for part in output:
+            lowered = _user_part(part, self.file_parts)
+            if lowered["type"] == "text":
+                texts.append(lowered["text"])
+            else:
+                media.append(lowered)
+                texts.append(_MOVED[lowered["type"]])
+        return "\n".join(texts), media
 
     def loaded_tools(self, tools: list[Any]) -> str:
         """What a tool search found, as the flat names the backend can now call."""
@@ -263,6 +299,7 @@ def _messages(
     for index, item in enumerate(items):
         builder.add(index, item)
     builder.close()
+    builder.flush_media()
     return builder.leading_system() + builder.out
 
 
@@ -295,16 +332,18 @@ def _part_text(part: dict[str, Any]) -> str:
     return f"[file omitted: {name}]" if name else "[file omitted]"
 
 
-def _user_content(content: str | list[dict[str, Any]]) -> str | list[dict[str, Any]]:
+def _user_content(
+    content: str | list[dict[str, Any]], file_parts: bool
+) -> str | list[dict[str, Any]]:
     if isinstance(content, str):
         return content
-    lowered = [_user_part(p) for p in content]
+    lowered = [_user_part(p, file_parts) for p in content]
     if all(p["type"] == "text" for p in lowered):
         return "\n".join(p["text"] for p in lowered)
     return lowered
 
 
-def _user_part(part: dict[str, Any]) -> dict[str, Any]:
+def _user_part(part: dict[str, Any], file_parts: bool) -> dict[str, Any]:
     kind = part["type"]
     if kind == "input_image" and part.get("image_url"):
         image: dict[str, Any] = {"url": part["image_url"]}
@@ -315,6 +354,9 @@ def _user_part(part: dict[str, Any]) -> dict[str, Any]:
             image["detail"] = "high"  # Chat's closest level
         return {"type": "image_url", "image_url": image}
     if kind == "input_file" and (part.get("file_id") or part.get("file_data")):
+        if not file_parts:
+            name = part.get("filename") or part.get("file_id") or "a file"
+            return {"type": "text", "text": f"[file omitted: {name}; the backend takes no files]"}
         file = {k: part[k] for k in ("file_id", "file_data", "filename") if part.get(k)}
         return {"type": "file", "file": file}
     return {"type": "text", "text": _part_text(part)}

@@ -174,8 +174,13 @@ async def run_codex(
     timeout: float = 120.0,
     extra_args: tuple[str, ...] = (),
     config_args: tuple[str, ...] = (),
+    ephemeral: bool = True,
+    subcommand: tuple[str, ...] = (),
 ) -> CodexRun:
-    """Run one `codex exec` turn; async so that servers in this event loop keep serving."""
+    """Run one `codex exec` turn; async so that servers in this event loop keep serving.
+
+    `ephemeral=False` keeps the session in `workdir`'s Codex home, so that a later run with
+    `subcommand=("resume", "--last")` continues it as a second turn of one conversation."""
     binary = codex_binary()
     if binary is None:
         raise RuntimeError("codex is not installed: run scripts/install-codex.sh")
@@ -192,9 +197,9 @@ async def run_codex(
         "NO_PROXY": "127.0.0.1,localhost",
     }
     args = [
-        str(binary), "exec", "--ephemeral", "--skip-git-repo-check",
+        str(binary), "exec", *(["--ephemeral"] if ephemeral else []), "--skip-git-repo-check",
         "--disable", "unbounded_connection_retries", "--json", "-C", str(cwd),
-        *extra_args, prompt,
+        *extra_args, *subcommand, prompt,
     ]  # fmt: skip
     proc = await asyncio.create_subprocess_exec(
         *args,

@@ -32,6 +32,11 @@ class BackendProfile:
     max_tokens_field: Literal["max_tokens", "max_completion_tokens"] = "max_tokens"
     drop: frozenset[str] = frozenset({"user"})
     """Chat parameters never sent to this backend (`stream_options`: no usage asked)."""
+    file_parts: bool = False
+    """Takes Chat `file` content parts (`file_data`/`file_id` + `filename`); else `input_file`
+    becomes a note. OpenAI: the Chat `file` part (platform.openai.com/docs/guides/pdf-files);
+    OpenRouter: PDFs as `file` parts (openrouter.ai/docs/features/multimodal/pdfs); llama.cpp,
+    vLLM and Ollama take images but no `file` part type."""
 
 
 PROFILES: dict[str, BackendProfile] = {
@@ -49,6 +54,7 @@ PROFILES: dict[str, BackendProfile] = {
             system_messages="keep",
             max_tokens_field="max_completion_tokens",
             drop=frozenset(),
+            file_parts=True,
         ),
         # vLLM: reasoning_effort is Literal["low","medium","high"] in its ChatCompletionRequest
         # (vllm/entrypoints/openai/protocol.py); named tool_choice is honoured through guided
@@ -83,6 +89,7 @@ PROFILES: dict[str, BackendProfile] = {
             tool_choice_object=True,
             efforts=("minimal", "low", "medium", "high"),
             drop=frozenset(),
+            file_parts=True,
         ),
     )
 }
@@ -103,6 +110,7 @@ def resolve(
     reasoning_efforts: str | None = None,
     max_tokens_field: str | None = None,
     drop_params: str | None = None,
+    file_parts: bool | None = None,
 ) -> BackendProfile:
     """The profile `name` with each flag that was given laid over it."""
     profile = PROFILES.get(name)
@@ -125,6 +133,8 @@ def resolve(
     if drop_params is not None:
         dropped = frozenset(p.strip() for p in drop_params.split(",") if p.strip())
         profile = replace(profile, drop=dropped)
+    if file_parts is not None:
+        profile = replace(profile, file_parts=file_parts)
     return profile
 
 
@@ -140,4 +150,5 @@ def lowering_options(
         tool_choice_object=profile.tool_choice_object,
         efforts=profile.efforts,
         drop=profile.drop,
+        file_parts=profile.file_parts,
     )
