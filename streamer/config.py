@@ -247,11 +247,12 @@ SETTINGS: tuple[Setting, ...] = (
         "stream_options, …). Unset: the profile's (generic: user).",
     ),
     Setting(
-        "--replay-reasoning",
-        "replay_reasoning",
-        True,
-        "Replay readable reasoning to the backend as reasoning_content.",
-        _bool,
+        "--reasoning-replay",
+        "reasoning_replay",
+        None,
+        "The assistant message field earlier turns' readable reasoning is replayed in: "
+        "reasoning_content (DeepSeek, Kimi, GLM, SGLang, llama.cpp), reasoning (vLLM, "
+        "Ollama, OpenRouter) or off. Unset: the profile's (generic: reasoning_content).",
     ),
     Setting(
         "--idle-timeout",
@@ -390,7 +391,7 @@ class Settings:
     reasoning_efforts: str | None = None
     max_tokens_field: str | None = None
     drop_params: str | None = None
-    replay_reasoning: bool = True
+    reasoning_replay: str | None = None
     idle_timeout: float = 300.0
     first_byte_timeout: float = 0.0
     store: str = "memory"

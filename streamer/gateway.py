@@ -46,6 +46,7 @@ def backend_profile(settings: Settings) -> BackendProfile:
         reasoning_efforts=settings.reasoning_efforts,
         max_tokens_field=settings.max_tokens_field,
         drop_params=settings.drop_params,
+        reasoning_replay=settings.reasoning_replay,
     )
 
 
@@ -67,9 +68,7 @@ def turn_options(settings: Settings) -> TurnOptions:
             max_tools=settings.max_tools,
             max_tool_bytes=settings.max_tool_bytes,
         ),
-        lowering=lowering_options(
-            backend_profile(settings), model=settings.model, replay=settings.replay_reasoning
-        ),
+        lowering=lowering_options(backend_profile(settings), model=settings.model),
         max_input_items=settings.max_input_items,
         max_output_bytes=settings.max_output_bytes,
         max_output_items=settings.max_output_items,

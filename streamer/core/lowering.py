@@ -48,7 +48,10 @@ class LoweringOptions:
     model: str | None = None
     """Overrides the client's model for the backend."""
     replay_reasoning: bool = True
-    """Replay readable reasoning as `reasoning_content` (some backends require it, some reject it)."""
+    """Replay readable reasoning on the next assistant message (DeepSeek, Kimi and GLM
+    require it in a tool loop; a backend without readable reasoning has no use for it)."""
+    reasoning_field: str = "reasoning_content"
+    """The assistant message field it is replayed in (`reasoning` for vLLM, OpenRouter)."""
     max_tokens_field: Literal["max_tokens", "max_completion_tokens"] = "max_tokens"
     system_messages: Literal["merge", "keep", "user"] = "merge"
     """merge: one leading system message joining `instructions` and every system/developer
@@ -96,6 +99,7 @@ class _Messages:
     def __init__(self, names: ResponsesToolNames, options: LoweringOptions) -> None:
         self.names = names
         self.replay_reasoning = options.replay_reasoning
+        self.reasoning_field = options.reasoning_field
         self.system_policy = options.system_messages
         self.leading: list[str] = []  # system texts for the one leading message (not "keep")
         self.out: list[dict[str, Any]] = []
@@ -118,7 +122,7 @@ class _Messages:
             if self.calls:
                 msg["tool_calls"] = self.calls
             if self.reasoning:
-                msg["reasoning_content"] = "\n\n".join(self.reasoning)
+                msg[self.reasoning_field] = "\n\n".join(self.reasoning)
             self.out.append(msg)
         self.texts, self.calls, self.reasoning = None, [], []
 

@@ -16,6 +16,8 @@ from streamer.core.lowering import LoweringOptions
 
 SystemPolicy = Literal["merge", "keep", "user"]
 SYSTEM_POLICIES: tuple[SystemPolicy, ...] = ("merge", "keep", "user")
+ReasoningReplay = Literal["reasoning_content", "reasoning", "off"]
+REASONING_REPLAYS: tuple[ReasoningReplay, ...] = ("reasoning_content", "reasoning", "off")
 
 _THREE = ("low", "medium", "high")
 
@@ -32,6 +34,9 @@ class BackendProfile:
     max_tokens_field: Literal["max_tokens", "max_completion_tokens"] = "max_tokens"
     drop: frozenset[str] = frozenset({"user"})
     """Chat parameters never sent to this backend (`stream_options`: no usage asked)."""
+    reasoning_replay: ReasoningReplay = "reasoning_content"
+    """The assistant message field that earlier turns' readable reasoning goes back in
+    (`off`: not replayed). DeepSeek, Kimi and GLM reject a tool loop without it."""
 
 
 PROFILES: dict[str, BackendProfile] = {
@@ -49,11 +54,17 @@ PROFILES: dict[str, BackendProfile] = {
             system_messages="keep",
             max_tokens_field="max_completion_tokens",
             drop=frozenset(),
+            # its reasoning is encrypted only, and an unknown message field is a 400
+            reasoning_replay="off",
         ),
         # vLLM: reasoning_effort is Literal["low","medium","high"] in its ChatCompletionRequest
         # (vllm/entrypoints/openai/protocol.py); named tool_choice is honoured through guided
         # decoding (docs.vllm.ai "Tool Calling": named function calling); takes `user`.
-        BackendProfile("vllm", tool_choice_object=True, drop=frozenset()),
+        # Replayed reasoning is read from `reasoning` only: `reasoning_content` on an input
+        # message is silently dropped (vllm-project/vllm#27752 renamed it, #38488).
+        BackendProfile(
+            "vllm", tool_choice_object=True, drop=frozenset(), reasoning_replay="reasoning"
+        ),
         # SGLang: named tool_choice via constrained decoding (docs.sglang.ai "Tool Parser":
         # tool_choice); reasoning_effort low/medium/high (sglang/srt/entrypoints/openai/protocol.py).
         BackendProfile("sglang", tool_choice_object=True),
@@ -64,7 +75,11 @@ PROFILES: dict[str, BackendProfile] = {
         # Ollama: OpenAI compatibility takes no tool_choice object (docs.ollama.com/openai,
         # "Supported request fields": tool_choice not listed) and reasoning_effort
         # high/medium/low/none (ollama/ollama#12004 "openai: add reasoning_effort").
-        BackendProfile("ollama", efforts=("none", "low", "medium", "high")),
+        # Replayed reasoning: `Message.Reasoning` (json "reasoning") becomes the message's
+        # thinking (ollama/ollama openai/openai.go, FromChatRequest).
+        BackendProfile(
+            "ollama", efforts=("none", "low", "medium", "high"), reasoning_replay="reasoning"
+        ),
         # LM Studio: tool_choice "none"|"auto"|"required" only (lmstudio.ai/docs/app/api/tools).
         BackendProfile("lmstudio"),
         # DeepSeek: no reasoning_effort (reasoner always thinks; api-docs.deepseek.com
@@ -83,6 +98,9 @@ PROFILES: dict[str, BackendProfile] = {
             tool_choice_object=True,
             efforts=("minimal", "low", "medium", "high"),
             drop=frozenset(),
+            # reasoning goes back as the assistant message's `reasoning` (same page,
+            # "Preserving reasoning blocks")
+            reasoning_replay="reasoning",
         ),
     )
 }
@@ -103,6 +121,7 @@ def resolve(
     reasoning_efforts: str | None = None,
     max_tokens_field: str | None = None,
     drop_params: str | None = None,
+    reasoning_replay: str | None = None,
 ) -> BackendProfile:
     """The profile `name` with each flag that was given laid over it."""
     profile = PROFILES.get(name)
@@ -125,16 +144,23 @@ def resolve(
     if drop_params is not None:
         dropped = frozenset(p.strip() for p in drop_params.split(",") if p.strip())
         profile = replace(profile, drop=dropped)
+    if reasoning_replay is not None:
+        if reasoning_replay not in REASONING_REPLAYS:
+            raise ValueError(
+                "--reasoning-replay must be reasoning_content, reasoning or off "
+                f"(got {reasoning_replay!r})"
+            )
+        profile = replace(profile, reasoning_replay=reasoning_replay)  # type: ignore[arg-type]
     return profile
 
 
-def lowering_options(
-    profile: BackendProfile, *, model: str | None, replay: bool
-) -> LoweringOptions:
+def lowering_options(profile: BackendProfile, *, model: str | None) -> LoweringOptions:
     """The lowering this profile asks for (`stream_options` is the Chat client's to drop)."""
+    replay = profile.reasoning_replay
     return LoweringOptions(
         model=model,
-        replay_reasoning=replay,
+        replay_reasoning=replay != "off",
+        reasoning_field="reasoning_content" if replay == "off" else replay,
         max_tokens_field=profile.max_tokens_field,
         system_messages=profile.system_messages,
         tool_choice_object=profile.tool_choice_object,
