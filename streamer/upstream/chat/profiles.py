@@ -150,7 +150,7 @@ def resolve(
                 "--reasoning-replay must be reasoning_content, reasoning or off "
                 f"(got {reasoning_replay!r})"
             )
-        profile = replace(profile, reasoning_replay=reasoning_replay)  # type: ignore[arg-type]
+        profile = replace(profile, reasoning_replay=reasoning_replay)
     return profile
 
 
