@@ -330,6 +330,18 @@ class ChatUpstream:
         finally:
             resp.release()  # kept if the whole body is in, else cut
 
+    async def models_answer(self, limit: int) -> tuple[int, dict[str, str], bytes]:
+        """`GET /models` as the startup profile probe reads it: status, headers, and the
+        body up to `limit` bytes (as the probe's pool asks, without client headers)."""
+        raw_resp = await self._get_models(self.connect_timeout)
+        resp: Response | DecodedResponse = raw_resp
+        try:
+            resp = self._decoding(raw_resp)
+            body = await resp.read_all(limit)
+            return raw_resp.status, {k: v for k, v in raw_resp.headers.items()}, body
+        finally:
+            resp.release()  # kept if the whole body is in, else cut
+
     async def ping(self) -> bool:
         """Readiness: the backend answers `GET /models` with anything but a 5xx."""
         try:
