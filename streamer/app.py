@@ -227,7 +227,7 @@ async def _start(app: web.Application) -> None:
     gateway = Gateway(settings, UpstreamRegistry(upstream), store, background)
     observe_store(store, gateway.metrics.store_operations)
     app[GATEWAY] = gateway
-    if settings.upstream:  # which profile fits, in the log (in the background)
+    if settings.upstream and settings.profile_probe:  # which profile fits: in the log
         from streamer.upstream.chat.profile_probe import ProfileProbe
 
         app[PROFILE_PROBE] = ProfileProbe(chat, settings.backend_profile)

@@ -209,6 +209,14 @@ SETTINGS: tuple[Setting, ...] = (
         "single settings (streamer/upstream/chat/profiles.py).",
     ),
     Setting(
+        "--profile-probe",
+        "profile_probe",
+        True,
+        "At startup, read the backend's GET /models (in the background, bounded by the "
+        "connect timeout) and log which --backend-profile fits it, if not the configured one.",
+        _bool,
+    ),
+    Setting(
         "--system-messages",
         "system_messages",
         None,
@@ -386,6 +394,7 @@ class Settings:
     max_turn_seconds: float = 3600.0
     max_backend_json_bytes: int = 256 * 1024 * 1024
     backend_profile: str = "generic"
+    profile_probe: bool = True
     system_messages: str | None = None
     tool_choice_object: bool | None = None
     reasoning_efforts: str | None = None

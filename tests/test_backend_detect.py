@@ -112,7 +112,7 @@ class OwnedBy(ScriptedBackend):
 
 async def test_startup_logs_the_profile_that_fits(caplog: pytest.LogCaptureFixture) -> None:
     caplog.set_level(logging.INFO, "streamer.upstream")
-    async with GatewayHarness(backend=OwnedBy("vllm")) as gw:
+    async with GatewayHarness(backend=OwnedBy("vllm"), profile_probe=True) as gw:
         assert gw.runner is not None
         fit = await gw.runner.app[PROFILE_PROBE].task
     assert fit is not None and fit.profile == "vllm"
@@ -125,7 +125,9 @@ async def test_nothing_is_logged_when_the_configured_profile_fits(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     caplog.set_level(logging.INFO, "streamer.upstream")
-    async with GatewayHarness(backend=OwnedBy("llamacpp"), backend_profile="llamacpp") as gw:
+    async with GatewayHarness(
+        backend=OwnedBy("llamacpp"), backend_profile="llamacpp", profile_probe=True
+    ) as gw:
         assert gw.runner is not None
         await gw.runner.app[PROFILE_PROBE].task
     assert not [r for r in caplog.records if "fits it" in r.getMessage()]
@@ -135,7 +137,7 @@ async def test_a_backend_that_never_lists_its_models_delays_nothing() -> None:
     """The probe waits in the background; turns are served meanwhile, and shutdown ends it."""
     backend = OwnedBy("vllm", hold=asyncio.Event())
     async with (
-        GatewayHarness(backend=backend) as gw,
+        GatewayHarness(backend=backend, profile_probe=True) as gw,
         AsyncOpenAI(base_url=gw.url, api_key="k", max_retries=0) as sdk,
     ):
         response = await sdk.responses.create(model="m", input="hi")
@@ -149,7 +151,9 @@ async def test_a_backend_that_never_lists_its_models_delays_nothing() -> None:
 async def test_the_probe_gives_up_within_its_bound(caplog: pytest.LogCaptureFixture) -> None:
     caplog.set_level(logging.INFO, "streamer.upstream")
     backend = OwnedBy("vllm", hold=asyncio.Event())
-    async with GatewayHarness(backend=backend, upstream_connect_timeout=0.2) as gw:
+    async with GatewayHarness(
+        backend=backend, upstream_connect_timeout=0.2, profile_probe=True
+    ) as gw:
         assert gw.runner is not None
         assert await gw.runner.app[PROFILE_PROBE].task is None
     assert any("could not ask the backend" in r.getMessage() for r in caplog.records)
