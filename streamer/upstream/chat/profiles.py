@@ -42,11 +42,16 @@ class BackendProfile:
 PROFILES: dict[str, BackendProfile] = {
     p.name: p
     for p in (
-        # Every setting at its safe value; see the module docstring.
+        # Every setting at its safe value; see the module docstring. Replayed reasoning goes
+        # in `reasoning_content`, the field DeepSeek defined (api-docs.deepseek.com
+        # guides/thinking_mode, "Tool Calls") and llama.cpp reads back.
         BackendProfile("generic"),
         # api.openai.com: named tool_choice objects, `max_completion_tokens` (`max_tokens` is
-        # deprecated and rejected by o-series models), efforts none…xhigh per model
-        # (platform.openai.com/docs/api-reference/chat/create, "reasoning_effort").
+        # deprecated and rejected by o-series models: "Unsupported parameter: 'max_tokens'
+        # ... Use 'max_completion_tokens' instead"), efforts none…xhigh per model
+        # (platform.openai.com/docs/api-reference/chat/create, "reasoning_effort"); system
+        # and developer messages anywhere. Its reasoning is encrypted, never readable text,
+        # so none is replayed.
         BackendProfile(
             "openai",
             tool_choice_object=True,
@@ -54,52 +59,65 @@ PROFILES: dict[str, BackendProfile] = {
             system_messages="keep",
             max_tokens_field="max_completion_tokens",
             drop=frozenset(),
-            # its reasoning is encrypted only, and an unknown message field is a 400
             reasoning_replay="off",
         ),
         # vLLM: reasoning_effort is Literal["low","medium","high"] in its ChatCompletionRequest
-        # (vllm/entrypoints/openai/protocol.py); named tool_choice is honoured through guided
-        # decoding (docs.vllm.ai "Tool Calling": named function calling); takes `user`.
-        # Replayed reasoning is read from `reasoning` only: `reasoning_content` on an input
-        # message is silently dropped (vllm-project/vllm#27752 renamed it, #38488).
+        # (vllm/entrypoints/openai/protocol.py); a named tool_choice is honoured through
+        # guided decoding (docs.vllm.ai "Tool Calling", "Named Function Calling"); takes
+        # `user`. Replayed reasoning is read from `reasoning` only: `reasoning_content` on
+        # an input message is silently dropped (vllm-project/vllm#27752 renamed the field,
+        # #38488 the input side that only reads `reasoning`).
         BackendProfile(
             "vllm", tool_choice_object=True, drop=frozenset(), reasoning_replay="reasoning"
         ),
-        # SGLang: named tool_choice via constrained decoding (docs.sglang.ai "Tool Parser":
-        # tool_choice); reasoning_effort low/medium/high (sglang/srt/entrypoints/openai/protocol.py).
+        # SGLang: named tool_choice through constrained decoding (docs.sglang.ai "Tool
+        # Parser"); reasoning_effort low/medium/high, and replayed reasoning read from the
+        # assistant message's `reasoning_content` (ChatCompletionMessageGenericParam in
+        # sglang/srt/entrypoints/openai/protocol.py).
         BackendProfile("sglang", tool_choice_object=True),
-        # llama.cpp server: tool_choice must be a string, an object logs "Wrong type supplied
-        # for parameter 'tool_choice'" and falls back to auto (tools/server/utils.hpp,
-        # issue 15 here); Qwen/Llama templates reject a non-leading system message.
+        # llama.cpp server: tool_choice must be a string; an object logs "Wrong type supplied
+        # for parameter 'tool_choice'" and falls back to auto (seen against a real
+        # llama-server, issue 15 and ../shared/notes/real-backends.md); Qwen/Llama chat
+        # templates reject a system message that is not first; `reasoning_content` read back.
         BackendProfile("llamacpp"),
-        # Ollama: OpenAI compatibility takes no tool_choice object (docs.ollama.com/openai,
-        # "Supported request fields": tool_choice not listed) and reasoning_effort
-        # high/medium/low/none (ollama/ollama#12004 "openai: add reasoning_effort").
-        # Replayed reasoning: `Message.Reasoning` (json "reasoning") becomes the message's
-        # thinking (ollama/ollama openai/openai.go, FromChatRequest).
+        # Ollama: reasoning_effort must be "high", "medium", "low" or "none" ("invalid
+        # reasoning value" otherwise), and replayed reasoning is read from `reasoning`
+        # (Message.Reasoning -> the message's thinking): ollama/ollama openai/openai.go,
+        # FromChatRequest. No tool_choice object (docs.ollama.com/openai, "Supported request
+        # fields").
         BackendProfile(
             "ollama", efforts=("none", "low", "medium", "high"), reasoning_replay="reasoning"
         ),
-        # LM Studio: tool_choice "none"|"auto"|"required" only (lmstudio.ai/docs/app/api/tools).
+        # LM Studio: tool_choice "none" | "auto" | "required" only, no named object
+        # (lmstudio.ai/docs/app/api/tools).
         BackendProfile("lmstudio"),
-        # DeepSeek: no reasoning_effort (reasoner always thinks; api-docs.deepseek.com
-        # "Reasoning Model": unsupported parameters), templates want one leading system message.
-        BackendProfile("deepseek", efforts=()),
-        # Kimi (Moonshot): no reasoning_effort; platform.moonshot.ai docs, tool_choice
-        # "required" unsupported on some models, a string is the portable form.
+        # DeepSeek: reasoning_effort minimal…max accepted and mapped (minimal/low -> low,
+        # medium/high/xhigh -> high, max) by api-docs.deepseek.com guides/thinking_mode;
+        # in thinking mode every earlier tool-call turn's `reasoning_content` must come back
+        # ("Missing `reasoning_content` field in the assistant message at message index N",
+        # a 400: continuedev/continue#9913); a `developer` role is refused ("unknown variant
+        # `developer`, expected one of `system`, `user`, `assistant`, `tool`",
+        # decolua/9router#773), so system/developer messages are merged into one.
+        BackendProfile("deepseek", efforts=("minimal", "low", "medium", "high", "xhigh", "max")),
+        # Kimi (Moonshot): thinking models stream and read back `reasoning_content`, which a
+        # tool loop must replay ("thinking is enabled but reasoning_content is missing in
+        # assistant tool call message", looplj/axonhub#1755); no reasoning_effort in its
+        # Chat API (platform.moonshot.ai docs), so none is sent.
         BackendProfile("kimi", efforts=()),
-        # GLM (Zhipu / z.ai): thinking is `thinking: {type: enabled}`, not reasoning_effort
-        # (docs.z.ai "Deep Thinking"); tool_choice only "auto" documented.
+        # GLM (Zhipu / z.ai): thinking is switched with `thinking: {type: enabled}`, not
+        # reasoning_effort, and interleaved thinking wants "thinking blocks explicitly
+        # preserved and returned together with the tool results" (docs.z.ai guides/
+        # capabilities/thinking-mode), as `reasoning_content`.
         BackendProfile("glm", efforts=()),
-        # OpenRouter: normalises reasoning effort minimal…high across providers
-        # (openrouter.ai/docs/use-cases/reasoning-tokens), passes tool_choice objects on.
+        # OpenRouter: reasoning effort "xhigh", "high", "medium", "low", "minimal" or "none",
+        # normalised across providers (openrouter.ai/docs/guides/best-practices/
+        # reasoning-tokens); tool_choice objects passed on; reasoning goes back as the
+        # assistant message's `reasoning` (same page, "Preserving reasoning blocks").
         BackendProfile(
             "openrouter",
             tool_choice_object=True,
-            efforts=("minimal", "low", "medium", "high"),
+            efforts=("none", "minimal", "low", "medium", "high", "xhigh"),
             drop=frozenset(),
-            # reasoning goes back as the assistant message's `reasoning` (same page,
-            # "Preserving reasoning blocks")
             reasoning_replay="reasoning",
         ),
     )
