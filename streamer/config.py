@@ -233,6 +233,15 @@ SETTINGS: tuple[Setting, ...] = (
         _bool,
     ),
     Setting(
+        "--tool-choice-required",
+        "tool_choice_required",
+        None,
+        'Send tool_choice "required" when calls are forced; off: "auto" over the narrowed '
+        "tools (backends that refuse a forced choice: Kimi thinking, GLM). Unset: the "
+        "profile's (generic: true).",
+        _bool,
+    ),
+    Setting(
         "--reasoning-efforts",
         "reasoning_efforts",
         None,
@@ -397,6 +406,7 @@ class Settings:
     profile_probe: bool = True
     system_messages: str | None = None
     tool_choice_object: bool | None = None
+    tool_choice_required: bool | None = None
     reasoning_efforts: str | None = None
     max_tokens_field: str | None = None
     drop_params: str | None = None

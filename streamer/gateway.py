@@ -43,6 +43,7 @@ def backend_profile(settings: Settings) -> BackendProfile:
         settings.backend_profile,
         system_messages=settings.system_messages,
         tool_choice_object=settings.tool_choice_object,
+        required_choice=settings.tool_choice_required,
         reasoning_efforts=settings.reasoning_efforts,
         max_tokens_field=settings.max_tokens_field,
         drop_params=settings.drop_params,

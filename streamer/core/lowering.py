@@ -59,6 +59,9 @@ class LoweringOptions:
     where it is; user: later ones become user messages marked as instructions."""
     tool_choice_object: bool = False
     """A forced single tool as a named object; else "required" over the narrowed list."""
+    required_choice: bool = True
+    """Send "required" when calls are forced; else "auto" (over the narrowed list): Kimi
+    with thinking answers 400 to a forced choice, GLM takes only "auto"."""
     efforts: tuple[str, ...] | None = ("low", "medium", "high")
     """The reasoning efforts the backend takes (None: any); others map to the nearest."""
     drop: frozenset[str] = frozenset({"user"})
@@ -377,6 +380,8 @@ def _tools(
             tools = [t for t in tools if t.name in allowed]
     if not tools:
         return {}
+    if tool_choice == "required" and not options.required_choice:
+        tool_choice = "auto"
     out: dict[str, Any] = {"tools": [_chat_tool(t) for t in tools], "tool_choice": tool_choice}
     parallel = request.get("parallel_tool_calls")
     if isinstance(parallel, bool):

@@ -28,6 +28,8 @@ class BackendProfile:
     tool_choice_object: bool = False
     """Sends a forced single tool as `{"type":"function","function":{"name":…}}`; else
     `"required"` with the tool list narrowed to it (works on every backend)."""
+    required_choice: bool = True
+    """Sends `"required"` when a call is forced; else `"auto"` over the narrowed list."""
     efforts: tuple[str, ...] | None = _THREE
     """The `reasoning_effort` values the backend takes (None: any; (): never send it)."""
     system_messages: SystemPolicy = "merge"
@@ -103,12 +105,17 @@ PROFILES: dict[str, BackendProfile] = {
         # tool loop must replay ("thinking is enabled but reasoning_content is missing in
         # assistant tool call message", looplj/axonhub#1755); no reasoning_effort in its
         # Chat API (platform.moonshot.ai docs), so none is sent.
-        BackendProfile("kimi", efforts=()),
+        # A forced tool_choice ("required" or named) with thinking on is a 400 "tool_choice
+        # '...' is incompatible with thinking enabled" (probed in harn-vm's capability
+        # sources, 35-moonshot.toml): "auto" over the narrowed list instead.
+        BackendProfile("kimi", efforts=(), required_choice=False),
         # GLM (Zhipu / z.ai): thinking is switched with `thinking: {type: enabled}`, not
         # reasoning_effort, and interleaved thinking wants "thinking blocks explicitly
         # preserved and returned together with the tool results" (docs.z.ai guides/
         # capabilities/thinking-mode), as `reasoning_content`.
-        BackendProfile("glm", efforts=()),
+        # tool_choice: only "auto" (docs.bigmodel.cn / docs.z.ai function calling; forced
+        # choices are degraded to auto by agentscope's GLM formatter, java.agentscope.io).
+        BackendProfile("glm", efforts=(), required_choice=False),
         # OpenRouter: reasoning effort "xhigh", "high", "medium", "low", "minimal" or "none",
         # normalised across providers (openrouter.ai/docs/guides/best-practices/
         # reasoning-tokens); tool_choice objects passed on; reasoning goes back as the
@@ -136,6 +143,7 @@ def resolve(
     *,
     system_messages: str | None = None,
     tool_choice_object: bool | None = None,
+    required_choice: bool | None = None,
     reasoning_efforts: str | None = None,
     max_tokens_field: str | None = None,
     drop_params: str | None = None,
@@ -153,6 +161,8 @@ def resolve(
         profile = replace(profile, system_messages=system_messages)
     if tool_choice_object is not None:
         profile = replace(profile, tool_choice_object=tool_choice_object)
+    if required_choice is not None:
+        profile = replace(profile, required_choice=required_choice)
     if reasoning_efforts is not None:
         profile = replace(profile, efforts=_parse_efforts(reasoning_efforts))
     if max_tokens_field is not None:
@@ -182,6 +192,7 @@ def lowering_options(profile: BackendProfile, *, model: str | None) -> LoweringO
         max_tokens_field=profile.max_tokens_field,
         system_messages=profile.system_messages,
         tool_choice_object=profile.tool_choice_object,
+        required_choice=profile.required_choice,
         efforts=profile.efforts,
         drop=profile.drop,
     )
