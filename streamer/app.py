@@ -11,7 +11,7 @@ import os
 import ssl
 import time
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import orjson
 from aiohttp import web
@@ -27,11 +27,15 @@ from streamer.identity import CLIENT, client_identity
 from streamer.logs import choose_request_id
 from streamer.model_metadata import load_model_catalog
 
+if TYPE_CHECKING:
+    from streamer.upstream.chat.profile_probe import ProfileProbe
+
 log = logging.getLogger("streamer.app")
 
 SETTINGS = web.AppKey("settings", Settings)
 
 SCRIPTED_RUNNER = web.AppKey("scripted_runner", web.AppRunner)
+PROFILE_PROBE: web.AppKey[ProfileProbe] = web.AppKey("profile_probe")
 REQUEST_ID = web.RequestKey("request_id", str)
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
@@ -225,6 +229,10 @@ async def _start(app: web.Application) -> None:
     app[MODEL_CATALOG] = load_model_catalog(settings.model_metadata)
     observe_store(store, gateway.metrics.store_operations)
     app[GATEWAY] = gateway
+    if settings.upstream and settings.profile_probe:  # which profile fits: in the log
+        from streamer.upstream.chat.profile_probe import ProfileProbe
+
+        app[PROFILE_PROBE] = ProfileProbe(chat, settings.backend_profile)
 
 
 def _client_contract(settings: Settings) -> dict[str, Any]:
@@ -278,6 +286,9 @@ async def _finish_shutdown(app: web.Application) -> None:
 
 
 async def _stop(app: web.Application) -> None:
+    probe = app.get(PROFILE_PROBE)
+    if probe is not None:
+        await probe.close()
     gateway = app.get(GATEWAY)
     if gateway is not None:
         await gateway.close()

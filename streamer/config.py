@@ -218,6 +218,14 @@ SETTINGS: tuple[Setting, ...] = (
         "single settings (streamer/upstream/chat/profiles.py).",
     ),
     Setting(
+        "--profile-probe",
+        "profile_probe",
+        True,
+        "At startup, read the backend's GET /models (in the background, bounded by the "
+        "connect timeout) and log which --backend-profile fits it, if not the configured one.",
+        _bool,
+    ),
+    Setting(
         "--system-messages",
         "system_messages",
         None,
@@ -231,6 +239,15 @@ SETTINGS: tuple[Setting, ...] = (
         None,
         'Send a forced tool as a named tool_choice object; else "required" with the tools '
         "narrowed to it. Unset: the profile's (generic: false).",
+        _bool,
+    ),
+    Setting(
+        "--tool-choice-required",
+        "tool_choice_required",
+        None,
+        'Send tool_choice "required" when calls are forced; off: "auto" over the narrowed '
+        "tools (backends that refuse a forced choice: Kimi thinking, GLM). Unset: the "
+        "profile's (generic: true).",
         _bool,
     ),
     Setting(
@@ -267,8 +284,16 @@ SETTINGS: tuple[Setting, ...] = (
         "--replay-reasoning",
         "replay_reasoning",
         True,
-        "Replay readable reasoning to the backend as reasoning_content.",
+        "Deprecated: off is --reasoning-replay off.",
         _bool,
+    ),
+    Setting(
+        "--reasoning-replay",
+        "reasoning_replay",
+        None,
+        "The assistant message field earlier turns' readable reasoning is replayed in: "
+        "reasoning_content (DeepSeek, Kimi, GLM, SGLang, llama.cpp), reasoning (vLLM, "
+        "Ollama, OpenRouter) or off. Unset: the profile's (generic: reasoning_content).",
     ),
     Setting(
         "--idle-timeout",
@@ -411,13 +436,16 @@ class Settings:
     max_turn_seconds: float = 3600.0
     max_backend_json_bytes: int = 256 * 1024 * 1024
     backend_profile: str = "generic"
+    profile_probe: bool = True
     system_messages: str | None = None
     tool_choice_object: bool | None = None
+    tool_choice_required: bool | None = None
     reasoning_efforts: str | None = None
     max_tokens_field: str | None = None
     drop_params: str | None = None
     file_parts: bool | None = None
     replay_reasoning: bool = True
+    reasoning_replay: str | None = None
     idle_timeout: float = 300.0
     first_byte_timeout: float = 0.0
     store: str = "memory"

@@ -44,10 +44,13 @@ def backend_profile(settings: Settings) -> BackendProfile:
         settings.backend_profile,
         system_messages=settings.system_messages,
         tool_choice_object=settings.tool_choice_object,
+        required_choice=settings.tool_choice_required,
         reasoning_efforts=settings.reasoning_efforts,
         max_tokens_field=settings.max_tokens_field,
         drop_params=settings.drop_params,
         file_parts=settings.file_parts,
+        # --replay-reasoning off (deprecated) still means off
+        reasoning_replay=settings.reasoning_replay if settings.replay_reasoning else "off",
     )
 
 
@@ -69,9 +72,7 @@ def turn_options(settings: Settings) -> TurnOptions:
             max_tools=settings.max_tools,
             max_tool_bytes=settings.max_tool_bytes,
         ),
-        lowering=lowering_options(
-            backend_profile(settings), model=settings.model, replay=settings.replay_reasoning
-        ),
+        lowering=lowering_options(backend_profile(settings), model=settings.model),
         max_input_items=settings.max_input_items,
         max_output_bytes=settings.max_output_bytes,
         max_output_items=settings.max_output_items,

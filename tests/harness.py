@@ -25,7 +25,8 @@ class GatewayHarness:
         **overrides: Any,
     ) -> None:
         self.backend = backend or ScriptedBackend()
-        self.settings = replace(settings or Settings(), **overrides)
+        # no startup profile probe unless asked: tests count the backend's requests
+        self.settings = replace(settings or Settings(), **{"profile_probe": False, **overrides})
         self.runner: web.AppRunner | None = None
         self.url = ""
 

@@ -212,7 +212,9 @@ async def test_system_messages_keep_leaves_them_in_place() -> None:
         ("generic", "medium", "medium"),
         ("ollama", "minimal", "none"),
         ("openai", "xhigh", "xhigh"),
-        ("deepseek", "high", None),
+        ("deepseek", "max", "max"),  # api-docs.deepseek.com guides/thinking_mode
+        ("deepseek", "none", "minimal"),
+        ("kimi", "high", None),
     ],
 )
 async def test_reasoning_effort_is_the_nearest_the_backend_takes(

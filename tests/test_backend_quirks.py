@@ -62,6 +62,20 @@ OVERFLOWS = {
         },
     ),
     "ollama": Status(500, {"error": "prompt too long; exceeded max context length by 9 tokens"}),
+    "ollama embed": Status(400, {"error": "the input length exceeds the context length"}),
+    # MoonshotAI/kimi-cli#2011
+    "kimi": Status(
+        400,
+        {
+            "error": {
+                "message": "Invalid request: Your request exceeded model token limit: 262144 "
+                "(requested: 269030)",
+                "type": "invalid_request_error",
+            }
+        },
+    ),
+    # zeroclaw-labs/zeroclaw#4124
+    "glm": Status(400, {"error": {"code": "1261", "message": "Prompt exceeds max length"}}),
     "sglang": Status(
         400,
         {

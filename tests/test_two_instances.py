@@ -55,7 +55,8 @@ async def cluster(
     tmp_path: Path,
 ) -> AsyncIterator[tuple[ScriptedBackend, GatewayProcess, GatewayProcess]]:
     async with RedisServer() as redis, ScriptedBackend() as backend:
-        args = ("--upstream", backend.base_url, "--store", redis.url)
+        # no startup profile probe: the backend's records[0] is the turn's request
+        args = ("--upstream", backend.base_url, "--store", redis.url, "--profile-probe", "off")
         async with contextlib.AsyncExitStack() as stack:
             a, b = await asyncio.gather(
                 stack.enter_async_context(gateway_process(tmp_path / "a.log", *args)),

@@ -59,7 +59,10 @@ class LoweringOptions:
     model: str | None = None
     """Overrides the client's model for the backend."""
     replay_reasoning: bool = True
-    """Replay readable reasoning as `reasoning_content` (some backends require it, some reject it)."""
+    """Replay readable reasoning on the next assistant message (DeepSeek, Kimi and GLM
+    require it in a tool loop; a backend without readable reasoning has no use for it)."""
+    reasoning_field: str = "reasoning_content"
+    """The assistant message field it is replayed in (`reasoning` for vLLM, OpenRouter)."""
     max_tokens_field: Literal["max_tokens", "max_completion_tokens"] = "max_tokens"
     system_messages: Literal["merge", "keep", "user"] = "merge"
     """merge: one leading system message joining `instructions` and every system/developer
@@ -67,6 +70,9 @@ class LoweringOptions:
     where it is; user: later ones become user messages marked as instructions."""
     tool_choice_object: bool = False
     """A forced single tool as a named object; else "required" over the narrowed list."""
+    required_choice: bool = True
+    """Send "required" when calls are forced; else "auto" (over the narrowed list): Kimi
+    with thinking answers 400 to a forced choice, GLM takes only "auto"."""
     efforts: tuple[str, ...] | None = ("low", "medium", "high")
     """The reasoning efforts the backend takes (None: any); others map to the nearest."""
     drop: frozenset[str] = frozenset({"user"})
@@ -109,6 +115,7 @@ class _Messages:
     def __init__(self, names: ResponsesToolNames, options: LoweringOptions) -> None:
         self.names = names
         self.replay_reasoning = options.replay_reasoning
+        self.reasoning_field = options.reasoning_field
         self.system_policy = options.system_messages
         self.leading: list[str] = []  # system texts for the one leading message (not "keep")
         self.out: list[dict[str, Any]] = []
@@ -133,7 +140,7 @@ class _Messages:
             if self.calls:
                 msg["tool_calls"] = self.calls
             if self.reasoning:
-                msg["reasoning_content"] = "\n\n".join(self.reasoning)
+                msg[self.reasoning_field] = "\n\n".join(self.reasoning)
             self.out.append(msg)
         self.texts, self.calls, self.reasoning = None, [], []
 
@@ -416,6 +423,8 @@ def _tools(
             tools = [t for t in tools if t.name in allowed]
     if not tools:
         return {}
+    if tool_choice == "required" and not options.required_choice:
+        tool_choice = "auto"
     out: dict[str, Any] = {"tools": [_chat_tool(t) for t in tools], "tool_choice": tool_choice}
     parallel = request.get("parallel_tool_calls")
     if isinstance(parallel, bool):

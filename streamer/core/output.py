@@ -179,7 +179,8 @@ class OutputItemStreamer:
                     and live.index == delta.index  # type: ignore[union-attr]
                     and delta.id is None  # type: ignore[union-attr]
                     and delta.name is None  # type: ignore[union-attr]
-                    and 0 < len(piece) <= self._left
+                    and piece  # None (a bare index) goes to the handler
+                    and len(piece) <= self._left
                 ):
                     self._left -= len(piece)
                     live.args.append(piece)

@@ -18,6 +18,7 @@ or exception built here contains it (exceptions are raised `from None` for that 
 from __future__ import annotations
 
 import asyncio
+import logging
 import ssl
 from collections.abc import Callable
 from types import TracebackType
@@ -38,6 +39,7 @@ from streamer.upstream.chat.decoder import (
     decode_body,
     http_error,
 )
+from streamer.upstream.chat.rejected_params import rejected_params, without
 from streamer.upstream.http1.connection import READ_SIZE, Response
 from streamer.upstream.http1.connection_limit import ConnectionLimit
 from streamer.upstream.http1.content_coding import (
@@ -55,6 +57,8 @@ from streamer.upstream.http1.wire import (
     ReadTimeout,
     ServerDisconnected,
 )
+
+log = logging.getLogger("streamer.upstream")
 
 ERROR_BODY_LIMIT = 1 << 20  # enough for any error message; a larger body is cut
 # A whole non-streamed completion: 4x the default --max-output-bytes (JSON escapes, and
@@ -96,6 +100,9 @@ class ChatUpstream:
     ) -> None:
         self.base_url = base_url.rstrip("/")
         self.stream_usage = True  # ask for `stream_options.include_usage` (profiles.py)
+        # optional parameters this backend answered 400 to: left out from then on (a subset
+        # of the fixed `rejected_params.DROPPABLE`, so bounded)
+        self.rejected: frozenset[str] = frozenset()
         self._parts = parts = urlsplit(self.base_url)  # the pools take it parsed
         self._proxy = proxy  # None: direct (see `proxy.select_proxy`)
         self._forward_proxy = proxy is not None and parts.scheme != "https"
@@ -173,8 +180,38 @@ class ChatUpstream:
 
         `on_raw`, if given, sees every byte of a 2xx body as it is read (for recordings).
         `client` (`Turn.client`) picks the connections: only this client's requests use them.
+        A 400 naming optional parameters the backend does not take is sent again once
+        without them, before anything reaches the caller; they stay out from then on.
         """
-        data = orjson.dumps(self._streaming(chat_request))
+        try:
+            return await self._open(self._streaming(chat_request), headers, on_raw, client)
+        except _Rejected as rejected:
+            self._remember(rejected)
+        try:  # once: what a second 400 names is remembered, and the 400 passes through
+            return await self._open(self._streaming(chat_request), headers, on_raw, client)
+        except _Rejected as rejected:
+            self._remember(rejected)
+            raise rejected.error from None
+
+    def _remember(self, rejected: _Rejected) -> None:
+        new = [name for name in rejected.names if name not in self.rejected]
+        if new:
+            self.rejected = self.rejected | set(new)
+            log.warning(
+                "the backend at %s answered %d to %s: left out of every request from now on",
+                self._where(),
+                rejected.status,
+                ", ".join(new),
+            )
+
+    async def _open(
+        self,
+        body: dict[str, Any],
+        headers: dict[str, str] | None,
+        on_raw: Callable[[bytes], None] | None,
+        client: str,
+    ) -> ChatStream:
+        data = orjson.dumps(body)
         pool = self.pool_for(client)
         if headers:
             head = pool.head(
@@ -191,7 +228,7 @@ class ChatUpstream:
         resp: Response | DecodedResponse = raw_resp
         try:
             if resp.status >= 300:
-                raise await self._http_error(raw_resp)
+                raise await self._http_error(raw_resp, body)
             resp = self._decoding(raw_resp)
             if "json" in resp.content_type:
                 raw = await self._read_json(resp)
@@ -226,7 +263,7 @@ class ChatUpstream:
             }
         else:
             body.pop("stream_options", None)
-        return body
+        return without(body, self.rejected)
 
     async def _read_json(self, resp: Response | DecodedResponse) -> bytearray:
         """A whole JSON body, its bytes taken from `json_budget` (the caller gives them back).
@@ -290,6 +327,18 @@ class ChatUpstream:
             raise self._undecodable(exc) from None
         except (HTTPClientError, OSError):
             raise self._closed_early("listing its models") from None
+        finally:
+            resp.release()  # kept if the whole body is in, else cut
+
+    async def models_answer(self, limit: int) -> tuple[int, dict[str, str], bytes]:
+        """`GET /models` as the startup profile probe reads it: status, headers, and the
+        body up to `limit` bytes (as the probe's pool asks, without client headers)."""
+        raw_resp = await self._get_models(self.connect_timeout)
+        resp: Response | DecodedResponse = raw_resp
+        try:
+            resp = self._decoding(raw_resp)
+            body = await resp.read_all(limit)
+            return raw_resp.status, {k: v for k, v in raw_resp.headers.items()}, body
         finally:
             resp.release()  # kept if the whole body is in, else cut
 
@@ -359,8 +408,9 @@ class ChatUpstream:
         message = f"The backend at {self._where()} sent an answer that cannot be decoded: {exc}."
         return server_error(message, 502, "upstream_error")
 
-    async def _http_error(self, resp: Response) -> RequestError:
-        """A non-2xx answer; the forward proxy's own 407 is a 502 that names it."""
+    async def _http_error(self, resp: Response, sent: dict[str, Any] | None = None) -> RequestError:
+        """A non-2xx answer; the forward proxy's own 407 is a 502 that names it. With
+        `sent`, a 400 that names optional parameters of it is `_Rejected`."""
         if resp.status == 407 and self._forward_proxy and self._proxy is not None:
             where = self._proxy.where
             message = (
@@ -375,7 +425,7 @@ class ChatUpstream:
             error.message += f" (its body is in Content-Encoding {exc.coding!r}, not decoded)"
             return error
         return await _http_error(
-            resp if decoder is None else DecodedResponse(resp, decoder), self._api_key
+            resp if decoder is None else DecodedResponse(resp, decoder), self._api_key, sent
         )
 
     def _timed_out(self) -> RequestError:
@@ -561,9 +611,31 @@ def _content_encoding(resp: Response) -> str | None:
     return ",".join(values) if values else None
 
 
-async def _http_error(resp: Response | DecodedResponse, api_key: str | None = None) -> RequestError:
+class _Rejected(RequestError):
+    """A backend's 400 that names optional parameters of the request (`names`) it does
+    not take: `ChatUpstream.open` sends the request again without them."""
+
+    def __init__(self, error: RequestError, names: tuple[str, ...]) -> None:
+        super().__init__(
+            error.message,
+            param=error.param,
+            code=error.code,
+            status=error.status,
+            type=error.type,
+            headers=error.headers,
+        )
+        self.error = error
+        self.names = names
+
+
+async def _http_error(
+    resp: Response | DecodedResponse,
+    api_key: str | None = None,
+    sent: dict[str, Any] | None = None,
+) -> RequestError:
     """A backend's non-2xx answer, with its status, message, type, code and param kept
-    (and the backend key scrubbed from its text before that is cut)."""
+    (and the backend key scrubbed from its text before that is cut); `_Rejected` if it
+    names optional parameters of `sent`."""
     if resp.status < 400:
         return http_error(resp.status, b"", resp.headers)
     try:
@@ -573,4 +645,5 @@ async def _http_error(resp: Response | DecodedResponse, api_key: str | None = No
     exc = http_error(resp.status, raw, resp.headers, secrets_of((api_key,)))
     if exc.status == 429 and exc.code is None:  # clients key on it, as on OpenAI's own 429s
         exc.code = "rate_limit_exceeded"
-    return exc
+    names = rejected_params(resp.status, raw, sent) if sent is not None else ()
+    return _Rejected(exc, names) if names else exc

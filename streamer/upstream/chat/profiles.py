@@ -16,6 +16,8 @@ from streamer.core.lowering import LoweringOptions
 
 SystemPolicy = Literal["merge", "keep", "user"]
 SYSTEM_POLICIES: tuple[SystemPolicy, ...] = ("merge", "keep", "user")
+ReasoningReplay = Literal["reasoning_content", "reasoning", "off"]
+REASONING_REPLAYS: tuple[ReasoningReplay, ...] = ("reasoning_content", "reasoning", "off")
 
 _THREE = ("low", "medium", "high")
 
@@ -26,6 +28,8 @@ class BackendProfile:
     tool_choice_object: bool = False
     """Sends a forced single tool as `{"type":"function","function":{"name":…}}`; else
     `"required"` with the tool list narrowed to it (works on every backend)."""
+    required_choice: bool = True
+    """Sends `"required"` when a call is forced; else `"auto"` over the narrowed list."""
     efforts: tuple[str, ...] | None = _THREE
     """The `reasoning_effort` values the backend takes (None: any; (): never send it)."""
     system_messages: SystemPolicy = "merge"
@@ -37,16 +41,24 @@ class BackendProfile:
     becomes a note. OpenAI: the Chat `file` part (platform.openai.com/docs/guides/pdf-files);
     OpenRouter: PDFs as `file` parts (openrouter.ai/docs/features/multimodal/pdfs); llama.cpp,
     vLLM and Ollama take images but no `file` part type."""
+    reasoning_replay: ReasoningReplay = "reasoning_content"
+    """The assistant message field that earlier turns' readable reasoning goes back in
+    (`off`: not replayed). DeepSeek, Kimi and GLM reject a tool loop without it."""
 
 
 PROFILES: dict[str, BackendProfile] = {
     p.name: p
     for p in (
-        # Every setting at its safe value; see the module docstring.
+        # Every setting at its safe value; see the module docstring. Replayed reasoning goes
+        # in `reasoning_content`, the field DeepSeek defined (api-docs.deepseek.com
+        # guides/thinking_mode, "Tool Calls") and llama.cpp reads back.
         BackendProfile("generic"),
         # api.openai.com: named tool_choice objects, `max_completion_tokens` (`max_tokens` is
-        # deprecated and rejected by o-series models), efforts none…xhigh per model
-        # (platform.openai.com/docs/api-reference/chat/create, "reasoning_effort").
+        # deprecated and rejected by o-series models: "Unsupported parameter: 'max_tokens'
+        # ... Use 'max_completion_tokens' instead"), efforts none…xhigh per model
+        # (platform.openai.com/docs/api-reference/chat/create, "reasoning_effort"); system
+        # and developer messages anywhere. Its reasoning is encrypted, never readable text,
+        # so none is replayed.
         BackendProfile(
             "openai",
             tool_choice_object=True,
@@ -55,41 +67,72 @@ PROFILES: dict[str, BackendProfile] = {
             max_tokens_field="max_completion_tokens",
             drop=frozenset(),
             file_parts=True,
+            reasoning_replay="off",
         ),
         # vLLM: reasoning_effort is Literal["low","medium","high"] in its ChatCompletionRequest
-        # (vllm/entrypoints/openai/protocol.py); named tool_choice is honoured through guided
-        # decoding (docs.vllm.ai "Tool Calling": named function calling); takes `user`.
-        BackendProfile("vllm", tool_choice_object=True, drop=frozenset()),
-        # SGLang: named tool_choice via constrained decoding (docs.sglang.ai "Tool Parser":
-        # tool_choice); reasoning_effort low/medium/high (sglang/srt/entrypoints/openai/protocol.py).
+        # (vllm/entrypoints/openai/protocol.py); a named tool_choice is honoured through
+        # guided decoding (docs.vllm.ai "Tool Calling", "Named Function Calling"); takes
+        # `user`. Replayed reasoning is read from `reasoning` only: `reasoning_content` on
+        # an input message is silently dropped (vllm-project/vllm#27752 renamed the field,
+        # #38488 the input side that only reads `reasoning`).
+        BackendProfile(
+            "vllm", tool_choice_object=True, drop=frozenset(), reasoning_replay="reasoning"
+        ),
+        # SGLang: named tool_choice through constrained decoding (docs.sglang.ai "Tool
+        # Parser"); reasoning_effort low/medium/high, and replayed reasoning read from the
+        # assistant message's `reasoning_content` (ChatCompletionMessageGenericParam in
+        # sglang/srt/entrypoints/openai/protocol.py).
         BackendProfile("sglang", tool_choice_object=True),
-        # llama.cpp server: tool_choice must be a string, an object logs "Wrong type supplied
-        # for parameter 'tool_choice'" and falls back to auto (tools/server/utils.hpp,
-        # issue 15 here); Qwen/Llama templates reject a non-leading system message.
+        # llama.cpp server: tool_choice must be a string; an object logs "Wrong type supplied
+        # for parameter 'tool_choice'" and falls back to auto (seen against a real
+        # llama-server, issue 15 and ../shared/notes/real-backends.md); Qwen/Llama chat
+        # templates reject a system message that is not first; `reasoning_content` read back.
         BackendProfile("llamacpp"),
-        # Ollama: OpenAI compatibility takes no tool_choice object (docs.ollama.com/openai,
-        # "Supported request fields": tool_choice not listed) and reasoning_effort
-        # high/medium/low/none (ollama/ollama#12004 "openai: add reasoning_effort").
-        BackendProfile("ollama", efforts=("none", "low", "medium", "high")),
-        # LM Studio: tool_choice "none"|"auto"|"required" only (lmstudio.ai/docs/app/api/tools).
+        # Ollama: reasoning_effort must be "high", "medium", "low" or "none" ("invalid
+        # reasoning value" otherwise), and replayed reasoning is read from `reasoning`
+        # (Message.Reasoning -> the message's thinking): ollama/ollama openai/openai.go,
+        # FromChatRequest. No tool_choice object (docs.ollama.com/openai, "Supported request
+        # fields").
+        BackendProfile(
+            "ollama", efforts=("none", "low", "medium", "high"), reasoning_replay="reasoning"
+        ),
+        # LM Studio: tool_choice "none" | "auto" | "required" only, no named object
+        # (lmstudio.ai/docs/app/api/tools).
         BackendProfile("lmstudio"),
-        # DeepSeek: no reasoning_effort (reasoner always thinks; api-docs.deepseek.com
-        # "Reasoning Model": unsupported parameters), templates want one leading system message.
-        BackendProfile("deepseek", efforts=()),
-        # Kimi (Moonshot): no reasoning_effort; platform.moonshot.ai docs, tool_choice
-        # "required" unsupported on some models, a string is the portable form.
-        BackendProfile("kimi", efforts=()),
-        # GLM (Zhipu / z.ai): thinking is `thinking: {type: enabled}`, not reasoning_effort
-        # (docs.z.ai "Deep Thinking"); tool_choice only "auto" documented.
-        BackendProfile("glm", efforts=()),
-        # OpenRouter: normalises reasoning effort minimal…high across providers
-        # (openrouter.ai/docs/use-cases/reasoning-tokens), passes tool_choice objects on.
+        # DeepSeek: reasoning_effort minimal…max accepted and mapped (minimal/low -> low,
+        # medium/high/xhigh -> high, max) by api-docs.deepseek.com guides/thinking_mode;
+        # in thinking mode every earlier tool-call turn's `reasoning_content` must come back
+        # ("Missing `reasoning_content` field in the assistant message at message index N",
+        # a 400: continuedev/continue#9913); a `developer` role is refused ("unknown variant
+        # `developer`, expected one of `system`, `user`, `assistant`, `tool`",
+        # decolua/9router#773), so system/developer messages are merged into one.
+        BackendProfile("deepseek", efforts=("minimal", "low", "medium", "high", "xhigh", "max")),
+        # Kimi (Moonshot): thinking models stream and read back `reasoning_content`, which a
+        # tool loop must replay ("thinking is enabled but reasoning_content is missing in
+        # assistant tool call message", looplj/axonhub#1755); no reasoning_effort in its
+        # Chat API (platform.moonshot.ai docs), so none is sent.
+        # A forced tool_choice ("required" or named) with thinking on is a 400 "tool_choice
+        # '...' is incompatible with thinking enabled" (probed in harn-vm's capability
+        # sources, 35-moonshot.toml): "auto" over the narrowed list instead.
+        BackendProfile("kimi", efforts=(), required_choice=False),
+        # GLM (Zhipu / z.ai): thinking is switched with `thinking: {type: enabled}`, not
+        # reasoning_effort, and interleaved thinking wants "thinking blocks explicitly
+        # preserved and returned together with the tool results" (docs.z.ai guides/
+        # capabilities/thinking-mode), as `reasoning_content`.
+        # tool_choice: only "auto" (docs.bigmodel.cn / docs.z.ai function calling; forced
+        # choices are degraded to auto by agentscope's GLM formatter, java.agentscope.io).
+        BackendProfile("glm", efforts=(), required_choice=False),
+        # OpenRouter: reasoning effort "xhigh", "high", "medium", "low", "minimal" or "none",
+        # normalised across providers (openrouter.ai/docs/guides/best-practices/
+        # reasoning-tokens); tool_choice objects passed on; reasoning goes back as the
+        # assistant message's `reasoning` (same page, "Preserving reasoning blocks").
         BackendProfile(
             "openrouter",
             tool_choice_object=True,
-            efforts=("minimal", "low", "medium", "high"),
+            efforts=("none", "minimal", "low", "medium", "high", "xhigh"),
             drop=frozenset(),
             file_parts=True,
+            reasoning_replay="reasoning",
         ),
     )
 }
@@ -107,10 +150,12 @@ def resolve(
     *,
     system_messages: str | None = None,
     tool_choice_object: bool | None = None,
+    required_choice: bool | None = None,
     reasoning_efforts: str | None = None,
     max_tokens_field: str | None = None,
     drop_params: str | None = None,
     file_parts: bool | None = None,
+    reasoning_replay: str | None = None,
 ) -> BackendProfile:
     """The profile `name` with each flag that was given laid over it."""
     profile = PROFILES.get(name)
@@ -124,6 +169,8 @@ def resolve(
         profile = replace(profile, system_messages=system_messages)
     if tool_choice_object is not None:
         profile = replace(profile, tool_choice_object=tool_choice_object)
+    if required_choice is not None:
+        profile = replace(profile, required_choice=required_choice)
     if reasoning_efforts is not None:
         profile = replace(profile, efforts=_parse_efforts(reasoning_efforts))
     if max_tokens_field is not None:
@@ -135,19 +182,27 @@ def resolve(
         profile = replace(profile, drop=dropped)
     if file_parts is not None:
         profile = replace(profile, file_parts=file_parts)
+    if reasoning_replay is not None:
+        if reasoning_replay not in REASONING_REPLAYS:
+            raise ValueError(
+                "--reasoning-replay must be reasoning_content, reasoning or off "
+                f"(got {reasoning_replay!r})"
+            )
+        profile = replace(profile, reasoning_replay=reasoning_replay)
     return profile
 
 
-def lowering_options(
-    profile: BackendProfile, *, model: str | None, replay: bool
-) -> LoweringOptions:
+def lowering_options(profile: BackendProfile, *, model: str | None) -> LoweringOptions:
     """The lowering this profile asks for (`stream_options` is the Chat client's to drop)."""
+    replay = profile.reasoning_replay
     return LoweringOptions(
         model=model,
-        replay_reasoning=replay,
+        replay_reasoning=replay != "off",
+        reasoning_field="reasoning_content" if replay == "off" else replay,
         max_tokens_field=profile.max_tokens_field,
         system_messages=profile.system_messages,
         tool_choice_object=profile.tool_choice_object,
+        required_choice=profile.required_choice,
         efforts=profile.efforts,
         drop=profile.drop,
         file_parts=profile.file_parts,
