@@ -247,6 +247,14 @@ SETTINGS: tuple[Setting, ...] = (
         "stream_options, …). Unset: the profile's (generic: user).",
     ),
     Setting(
+        "--backend-accepts",
+        "backend_accepts",
+        None,
+        "Comma-separated optional Chat parameters the backend takes: logprobs, verbosity, "
+        "service_tier, metadata, and prompt_cache_key or cache_salt for the client's "
+        "prompt_cache_key. Unset: the profile's (generic: logprobs).",
+    ),
+    Setting(
         "--replay-reasoning",
         "replay_reasoning",
         True,
@@ -390,6 +398,7 @@ class Settings:
     reasoning_efforts: str | None = None
     max_tokens_field: str | None = None
     drop_params: str | None = None
+    backend_accepts: str | None = None
     replay_reasoning: bool = True
     idle_timeout: float = 300.0
     first_byte_timeout: float = 0.0

@@ -46,6 +46,7 @@ def backend_profile(settings: Settings) -> BackendProfile:
         reasoning_efforts=settings.reasoning_efforts,
         max_tokens_field=settings.max_tokens_field,
         drop_params=settings.drop_params,
+        accepts=settings.backend_accepts,
     )
 
 

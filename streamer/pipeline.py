@@ -25,10 +25,12 @@ from streamer.core.events import Event
 from streamer.core.lowering import LoweringOptions, lower, normalize_input
 from streamer.core.output import OutputItemStreamer
 from streamer.core.output_items import OutputLimits
+from streamer.core.request_fields import check_fields, echo_applied
 from streamer.core.response import new_response
 from streamer.core.tools import NamingConfig, ResponsesToolNames
+from streamer.core.truncation import CONTEXT_OVERFLOW, keep_share, truncate
 from streamer.upstream.batch import Batch
-from streamer.upstream.first_call import first_call_only
+from streamer.upstream.first_call import first_calls
 
 log = logging.getLogger("streamer.pipeline")
 
@@ -94,6 +96,7 @@ class Turn:
     headers: dict[str, str] = field(default_factory=dict)
     client: str = ""  # who asked (streamer.identity): pools and stored responses are per client
     max_seconds: float = 3600.0  # the turn's deadline, from its start (TurnOptions)
+    lowering: LoweringOptions = field(default_factory=LoweringOptions)  # for a re-lowering
 
     @property
     def response(self) -> dict[str, Any]:
@@ -238,6 +241,7 @@ def validate_request(body: Any, *, model_required: bool = True) -> dict[str, Any
     for name, message in _UNSUPPORTED:
         if body.get(name) is not None:  # ignoring these would silently change the answer
             raise invalid(message, name, "unsupported_parameter")
+    check_fields(body)
     return body
 
 
@@ -261,10 +265,19 @@ def prepare(
     names = ResponsesToolNames.convert(request.get("tools"), items, config=options.naming)
     chat_request = lower(request, items, names, options.lowering)
     response = new_response(request, response_id=response_id)
+    echo_applied(response, chat_request)
     limits = OutputLimits(options.max_output_bytes, options.max_output_items)
     prompt = {k: chat_request[k] for k in ("messages", "tools") if k in chat_request}
     streamer = OutputItemStreamer(names, response, limits=limits, prompt=prompt)
-    return Turn(request, items, names, chat_request, streamer, max_seconds=options.max_turn_seconds)
+    return Turn(
+        request,
+        items,
+        names,
+        chat_request,
+        streamer,
+        max_seconds=options.max_turn_seconds,
+        lowering=options.lowering,
+    )
 
 
 class TurnTimeout(Exception):
@@ -313,7 +326,37 @@ class TurnClock:
 
 
 async def _open(turn: Turn, upstream: Upstream, clock: TurnClock, on_raw: Any) -> UpstreamStream:
-    """Open the backend request within the turn's deadline (504 past it)."""
+    """Open the backend request within the turn's deadline (504 past it); under
+    `truncation: "auto"` a context overflow is retried once with the oldest items dropped."""
+    try:
+        return await _open_once(turn, upstream, clock, on_raw)
+    except RequestError as exc:
+        retry = _truncated(turn, exc)
+        if retry is None:
+            raise
+    turn.chat_request = retry
+    return await _open_once(turn, upstream, clock, on_raw)
+
+
+def _truncated(turn: Turn, exc: RequestError) -> dict[str, Any] | None:
+    """The Chat request without the oldest items, if the overflow is one to truncate."""
+    if exc.code != CONTEXT_OVERFLOW or turn.request.get("truncation") != "auto":
+        return None
+    kept = truncate(turn.items, keep_share(exc.message))
+    if kept is None:
+        return None
+    log.info(
+        "turn %s: context overflow, retried with %d of %d items (truncation: auto)",
+        turn.response["id"],
+        len(kept),
+        len(turn.items),
+    )
+    return lower(turn.request, kept, turn.names, turn.lowering)
+
+
+async def _open_once(
+    turn: Turn, upstream: Upstream, clock: TurnClock, on_raw: Any
+) -> UpstreamStream:
     headers = turn.headers or None
     clock.waiting = True
     try:
@@ -374,8 +417,9 @@ async def stream_events(
     unsent = streamer.start()  # events made but not yet yielded: a failure sends them first
     try:
         next_batch, batch = aiter(stream).__anext__, stream.first
-        if turn.request.get("parallel_tool_calls") is False:  # enforced: backends ignore it
-            next_batch, batch = first_call_only(next_batch, batch)
+        limit = _call_limit(turn.request)
+        if limit is not None:  # enforced: backends ignore parallel_tool_calls, know no limit
+            next_batch, batch = first_calls(next_batch, batch, limit)
         if batch is not None:  # the first deltas came with the head: they leave with `created`
             unsent += streamer.feed(batch) + _settle(turn, batch.end)
         first, unsent = unsent, []
@@ -407,6 +451,15 @@ async def stream_events(
     finally:
         clock.close()
         await stream.aclose()  # cuts the backend unless its answer was read whole
+
+
+def _call_limit(request: dict[str, Any]) -> int | None:
+    """The most tool calls the turn may emit: 1 for `parallel_tool_calls: false`, and
+    `max_tool_calls` (calls beyond are left out, as OpenAI ignores them); None: any."""
+    limits = [request["max_tool_calls"]] if request.get("max_tool_calls") else []
+    if request.get("parallel_tool_calls") is False:
+        limits.append(1)
+    return min(limits) if limits else None
 
 
 def _failed(turn: Turn, exc: Exception, clock: TurnClock) -> list[Event]:

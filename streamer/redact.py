@@ -27,6 +27,7 @@ from typing import Any, AnyStr, Generic
 
 from streamer.core.deltas import (
     Delta,
+    LoggedText,
     ReasoningDelta,
     RefusalDelta,
     TextDelta,
@@ -274,7 +275,7 @@ class _RecordingScrubber:
             self._record(rest)
 
 
-_TEXTS = (TextDelta, ReasoningDelta, RefusalDelta)
+_TEXTS = (TextDelta, LoggedText, ReasoningDelta, RefusalDelta)
 
 
 class _RedactingStream:
@@ -396,7 +397,7 @@ class _RedactingStream:
         if isinstance(channel, ToolCallDelta):
             return [ToolCallDelta(channel.index, None, None, rest)]
         if isinstance(channel, TextDelta | ReasoningDelta | RefusalDelta):
-            return [channel.__class__(rest)]
+            return [channel.__class__(rest)]  # a LoggedText's tail: no logprobs of its own
         return []  # only output channels are ever current
 
     async def aclose(self) -> None:

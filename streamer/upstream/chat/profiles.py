@@ -13,11 +13,15 @@ from dataclasses import dataclass, replace
 from typing import Literal
 
 from streamer.core.lowering import LoweringOptions
+from streamer.core.request_fields import OPTIONAL_PARAMS
 
 SystemPolicy = Literal["merge", "keep", "user"]
 SYSTEM_POLICIES: tuple[SystemPolicy, ...] = ("merge", "keep", "user")
 
 _THREE = ("low", "medium", "high")
+# `logprobs`/`top_logprobs` are Chat Completions' own; every backend here takes them or
+# ignores them (the answer then carries none).
+_LOGPROBS = frozenset({"logprobs"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -32,6 +36,10 @@ class BackendProfile:
     max_tokens_field: Literal["max_tokens", "max_completion_tokens"] = "max_tokens"
     drop: frozenset[str] = frozenset({"user"})
     """Chat parameters never sent to this backend (`stream_options`: no usage asked)."""
+    accepts: frozenset[str] = _LOGPROBS
+    """Optional Chat parameters the backend takes (streamer/core/request_fields.py):
+    `logprobs`, `verbosity`, `service_tier`, `metadata`, and a cache hint named
+    `prompt_cache_key` or `cache_salt`; a request field it does not take is not sent."""
 
 
 PROFILES: dict[str, BackendProfile] = {
@@ -49,6 +57,10 @@ PROFILES: dict[str, BackendProfile] = {
             system_messages="keep",
             max_tokens_field="max_completion_tokens",
             drop=frozenset(),
+            # chat/create takes logprobs, verbosity, service_tier, metadata, prompt_cache_key
+            accepts=frozenset(
+                {"logprobs", "verbosity", "service_tier", "metadata", "prompt_cache_key"}
+            ),
         ),
         # vLLM: reasoning_effort is Literal["low","medium","high"] in its ChatCompletionRequest
         # (vllm/entrypoints/openai/protocol.py); named tool_choice is honoured through guided
@@ -83,6 +95,8 @@ PROFILES: dict[str, BackendProfile] = {
             tool_choice_object=True,
             efforts=("minimal", "low", "medium", "high"),
             drop=frozenset(),
+            # its request schema takes logprobs and metadata (openrouter.ai/docs/api-reference)
+            accepts=frozenset({"logprobs", "metadata"}),
         ),
     )
 }
@@ -103,6 +117,7 @@ def resolve(
     reasoning_efforts: str | None = None,
     max_tokens_field: str | None = None,
     drop_params: str | None = None,
+    accepts: str | None = None,
 ) -> BackendProfile:
     """The profile `name` with each flag that was given laid over it."""
     profile = PROFILES.get(name)
@@ -125,6 +140,15 @@ def resolve(
     if drop_params is not None:
         dropped = frozenset(p.strip() for p in drop_params.split(",") if p.strip())
         profile = replace(profile, drop=dropped)
+    if accepts is not None:
+        taken = frozenset(p.strip() for p in accepts.split(",") if p.strip())
+        unknown = taken - OPTIONAL_PARAMS
+        if unknown:
+            raise ValueError(
+                f"--backend-accepts: unknown parameter(s) {', '.join(sorted(unknown))} "
+                f"(known: {', '.join(sorted(OPTIONAL_PARAMS))})"
+            )
+        profile = replace(profile, accepts=taken)
     return profile
 
 
@@ -140,4 +164,6 @@ def lowering_options(
         tool_choice_object=profile.tool_choice_object,
         efforts=profile.efforts,
         drop=profile.drop,
+        accepts=profile.accepts,
+        profile=profile.name,
     )
