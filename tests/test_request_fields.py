@@ -16,7 +16,7 @@ import openai
 import pytest
 from harness import GatewayHarness
 from openai import AsyncOpenAI
-from scripted_backend import DONE, finish, text_chunks, usage
+from scripted_backend import DONE, finish, text_chunks, tool_call_chunks, usage
 
 from streamer.core.errors import RequestError
 from streamer.core.request_fields import check_fields
@@ -188,3 +188,54 @@ def test_backend_accepts_names_only_known_parameters() -> None:
     assert resolve("vllm", accepts="logprobs, cache_salt").accepts == {"logprobs", "cache_salt"}
     with pytest.raises(ValueError, match="unknown parameter"):
         resolve("generic", accepts="logprobs,seed")
+
+
+# -- max_tool_calls -----------------------------------------------------------------------
+
+TOOLS: list[dict[str, Any]] = [
+    {
+        "type": "namespace",
+        "name": "mcp__web",
+        "description": "Web tools.",
+        "tools": [{"type": "function", "name": "search", "parameters": {"type": "object"}}],
+    },
+    {"type": "function", "name": "exec_command", "parameters": {"type": "object"}},
+]
+
+
+def _three_calls() -> list[Any]:
+    calls = [
+        tool_call_chunks(0, "call_a", ["mcp__web__search"], ['{"q":', '"a"}']),
+        tool_call_chunks(1, "call_b", ["exec_command"], ['{"cmd":"ls"}']),
+        tool_call_chunks(2, "call_c", ["mcp__web__search"], ['{"q":"c"}']),
+    ]
+    return [*(c for call in calls for c in call), finish("tool_calls"), usage(5, 9), DONE]
+
+
+@pytest.mark.parametrize(("limit", "parallel"), [(2, True), (1, True), (3, False)])
+async def test_max_tool_calls_leaves_out_the_calls_beyond_it(limit: int, parallel: bool) -> None:
+    """OpenAI ignores calls past `max_tool_calls`: the response completes with the first ones
+    (and `parallel_tool_calls: false` still means one)."""
+    kept = min(limit, 1 if not parallel else limit)
+    async with gateway() as (gw, sdk):
+        gw.backend.script(_three_calls(), _three_calls())
+        one = await sdk.responses.create(
+            model="m", input="go", tools=TOOLS, max_tool_calls=limit, parallel_tool_calls=parallel
+        )
+        stream = await sdk.responses.create(
+            model="m",
+            input="go",
+            tools=TOOLS,
+            max_tool_calls=limit,
+            parallel_tool_calls=parallel,
+            stream=True,
+        )
+        events = [e async for e in stream]
+    expected = [("call_a", "search", '{"q":"a"}'), ("call_b", "exec_command", '{"cmd":"ls"}')]
+    for response in (one, events[-1].response):  # type: ignore[union-attr]
+        assert response.status == "completed"
+        assert response.max_tool_calls == limit
+        calls = [(i.call_id, i.name, i.arguments) for i in response.output]  # type: ignore[union-attr]
+        assert calls == [*expected, ("call_c", "search", '{"q":"c"}')][:kept]
+    added = [e for e in events if e.type == "response.output_item.added"]
+    assert len(added) == kept
