@@ -377,7 +377,10 @@ class _RedactingStream:
                 if channel.__class__ is not cls:
                     out += self._flush()
                     self._channel = delta
-                delta.text = feed(delta.text)  # type: ignore[union-attr]
+                text = delta.text  # type: ignore[union-attr]
+                delta.text = feed(text)  # type: ignore[union-attr]
+                if cls is LoggedText and delta.text != text:  # type: ignore[union-attr]
+                    delta.logprobs = []  # type: ignore[union-attr]  # its tokens spell the text
                 if delta.text:  # type: ignore[union-attr]
                     append(delta)
             else:  # finish, usage, failure: the output before it is over

@@ -5,6 +5,7 @@ decoder unit, the streamer unit, and end to end with the official SDK."""
 from __future__ import annotations
 
 import math
+from pathlib import Path
 from typing import Any
 
 import orjson
@@ -12,11 +13,13 @@ from harness import GatewayHarness
 from openai import AsyncOpenAI
 from scripted_backend import DONE, Status, chunk, completion, finish, usage
 from sdk_models import validate_event
+from test_tap_record import tap
 
-from streamer.core.deltas import LoggedText, TextDelta
+from streamer.core.deltas import Finish, LoggedText, TextDelta
 from streamer.core.output import OutputItemStreamer
 from streamer.core.response import new_response
 from streamer.core.tools import ResponsesToolNames
+from streamer.tap.replay import Recording, normalised, replay
 from streamer.upstream.chat.decoder import ChatChunkDecoder, decode_completion
 from streamer.upstream.chat.logprobs import choice_logprobs
 
@@ -196,3 +199,45 @@ async def test_a_backend_that_ignores_stream_still_gives_logprobs() -> None:
         response = await sdk.responses.create(model="m", input="hi", top_logprobs=1)
     part = response.output[0].content[0]  # type: ignore[union-attr]
     assert [lp.token for lp in part.logprobs] == ["Hel", "lo"]  # type: ignore[union-attr]
+
+
+async def test_a_secret_in_logged_text_is_scrubbed_and_its_tokens_left_out() -> None:
+    """Text with logprobs is an output channel like any text: a configured key the backend
+    echoes is scrubbed, and the logprobs of the pieces scrubbed or held (their tokens would
+    spell the key) are left out."""
+    from test_redact import KEY, run
+
+    out = await run(
+        [
+            [LoggedText("fine ", [_entry("fine ", -1.0)])],
+            [LoggedText(KEY[:10], [_entry(KEY[:10], -1.0)])],
+            [LoggedText(KEY[10:] + " end", [_entry(KEY[10:], -1.0), _entry(" end", -1.0)])],
+            [Finish("stop")],
+        ]
+    )
+    texts = [d for d in out if isinstance(d, TextDelta)]
+    assert "".join(d.text for d in texts) == "fine [redacted] end"
+    tokens = "".join(lp["token"] for d in texts if isinstance(d, LoggedText) for lp in d.logprobs)
+    assert tokens == "fine "
+
+
+async def test_a_recording_with_logprobs_passes_the_tap_and_replays_the_same(
+    tmp_path: Path,
+) -> None:
+    tap_dir = tmp_path / "tap"
+    async with (
+        GatewayHarness(tap_dir=str(tap_dir)) as gw,
+        AsyncOpenAI(base_url=gw.url, api_key="k", max_retries=0) as sdk,
+    ):
+        gw.backend.script(SCRIPT)
+        stream = await sdk.responses.create(model="m", input="hi", top_logprobs=2, stream=True)
+        events = [e async for e in stream]
+    assert events[-1].type == "response.completed"
+    (path,) = tap_dir.iterdir()
+    status, output = await tap(path)
+    assert status == 0, output
+    recording = Recording.load(str(path))
+    replayed = [orjson.loads(e.data) for e in await replay(recording)]
+    assert normalised(replayed) == normalised(recording.events)
+    part = recording.events[-1]["response"]["output"][0]["content"][0]
+    assert [lp["token"] for lp in part["logprobs"]] == ["Hel", "lo", "!"]

@@ -65,6 +65,8 @@ MATRIX: list[Any] = [
      {}, ("verbosity",), {"text.verbosity": "medium"}),
     ("service_tier to openai", {"backend_profile": "openai"}, {"service_tier": "flex"},
      {"service_tier": "flex"}, (), {"service_tier": "default"}),
+    ("a tier newer than the spec's", {}, {"service_tier": "ultrafast"},
+     {}, ("service_tier",), {"service_tier": "default"}),
     ("priority is not echoed as applied", {}, {"service_tier": "priority"},
      {}, ("service_tier",), {"service_tier": "default"}),
     ("max_tool_calls is the gateway's", {}, {"max_tool_calls": 2},
@@ -137,7 +139,8 @@ async def test_the_echo_says_the_tier_the_backend_served() -> None:
         ({"top_logprobs": -1}, "top_logprobs"),
         ({"include": ["message.output_text.logprobs", "nope"]}, "include[1]"),
         ({"max_tool_calls": 0}, "max_tool_calls"),
-        ({"service_tier": "turbo"}, "service_tier"),
+        ({"moderation": {"model": "omni-moderation-latest"}}, "moderation"),
+        ({"context_management": [{"type": "compaction"}]}, "context_management"),
         ({"text": {"verbosity": "loud"}}, "text.verbosity"),
     ],
 )

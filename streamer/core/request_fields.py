@@ -32,12 +32,21 @@ INCLUDABLE = frozenset(
     }
 )
 MAX_TOP_LOGPROBS = 20
-SERVICE_TIERS = ("auto", "default", "flex", "scale", "priority")
 VERBOSITIES = ("low", "medium", "high")
 OPTIONAL_PARAMS = frozenset(
     {"logprobs", "verbosity", "service_tier", "metadata", "prompt_cache_key", "cache_salt"}
 )
 """The Chat parameters a profile may say its backend takes (`accepts`)."""
+UNSUPPORTED = (
+    # ignoring these would change what the client gets: blocked content let through, a
+    # context that grows past the window instead of being compacted
+    ("moderation", "Moderation is not supported by this gateway."),
+    (
+        "context_management",
+        "Server-side compaction ('context_management') is not supported by this gateway; "
+        "use truncation: 'auto'.",
+    ),
+)
 
 
 def _bad_value(param: str, value: Any, allowed: str) -> Exception:
@@ -45,7 +54,12 @@ def _bad_value(param: str, value: Any, allowed: str) -> Exception:
 
 
 def check_fields(request: Mapping[str, Any]) -> None:
-    """Values the Responses API rejects (types were checked before), as OpenAI's 400s."""
+    """Values the Responses API rejects (types were checked before), and fields this gateway
+    cannot honour, as OpenAI's 400s. Service tiers are not checked: new ones keep coming,
+    and the echo says the tier that served the request."""
+    for name, message in UNSUPPORTED:
+        if request.get(name) is not None:
+            raise invalid(message, name, "unsupported_parameter")
     include = request.get("include") or []
     for i, value in enumerate(include):
         if value not in INCLUDABLE:
@@ -57,9 +71,6 @@ def check_fields(request: Mapping[str, Any]) -> None:
     calls = request.get("max_tool_calls")
     if calls is not None and calls < 1:
         raise _bad_value("max_tool_calls", calls, "It must be at least 1.")
-    tier = request.get("service_tier")
-    if tier is not None and tier not in SERVICE_TIERS:
-        raise _bad_value("service_tier", tier, f"Supported values are: {', '.join(SERVICE_TIERS)}.")
     text = request.get("text")
     verbosity = text.get("verbosity") if isinstance(text, Mapping) else None
     if verbosity is not None and verbosity not in VERBOSITIES:
