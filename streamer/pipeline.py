@@ -325,9 +325,12 @@ class TurnClock:
         self._handle.cancel()
 
 
-async def _open(turn: Turn, upstream: Upstream, clock: TurnClock, on_raw: Any) -> UpstreamStream:
+async def _open(
+    turn: Turn, upstream: Upstream, clock: TurnClock, on_raw: Any, on_request: Any = None
+) -> UpstreamStream:
     """Open the backend request within the turn's deadline (504 past it); under
-    `truncation: "auto"` a context overflow is retried once with the oldest items dropped."""
+    `truncation: "auto"` a context overflow is retried once with the oldest items dropped
+    (`on_request` is told the request sent again)."""
     try:
         return await _open_once(turn, upstream, clock, on_raw)
     except RequestError as exc:
@@ -335,6 +338,8 @@ async def _open(turn: Turn, upstream: Upstream, clock: TurnClock, on_raw: Any) -
         if retry is None:
             raise
     turn.chat_request = retry
+    if on_request is not None:
+        on_request(retry)
     return await _open_once(turn, upstream, clock, on_raw)
 
 
@@ -399,7 +404,11 @@ def _limit_hit(turn: Turn) -> list[Event]:
 
 
 async def stream_events(
-    turn: Turn, upstream: Upstream, *, on_raw: Callable[[bytes], None] | None = None
+    turn: Turn,
+    upstream: Upstream,
+    *,
+    on_raw: Callable[[bytes], None] | None = None,
+    on_request: Callable[[dict[str, Any]], None] | None = None,
 ) -> AsyncGenerator[list[Event], None]:
     """Run the turn; yield one batch of events per upstream read.
 
@@ -410,7 +419,7 @@ async def stream_events(
     streamer = turn.streamer
     clock = TurnClock(turn.max_seconds)
     try:
-        stream = await _open(turn, upstream, clock, on_raw)
+        stream = await _open(turn, upstream, clock, on_raw, on_request)
     except BaseException:
         clock.close()
         raise

@@ -4,13 +4,16 @@ retries once; `disabled` keeps the error. The planning (pure), then end to end w
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import openai
+import orjson
 import pytest
 from harness import GatewayHarness
 from openai import AsyncOpenAI
 from scripted_backend import DONE, Status, finish, text_chunks, usage
+from test_tap_record import tap
 
 from streamer.core.truncation import DEFAULT_KEEP, MARGIN, keep_share, truncate
 
@@ -159,3 +162,19 @@ async def test_auto_truncation_over_a_stream() -> None:
         events = [e async for e in stream]
     assert events[-1].type == "response.completed"
     assert len(gw.backend.requests) == 2
+
+
+async def test_the_recording_holds_the_request_sent_again(tmp_path: Path) -> None:
+    tap_dir = tmp_path / "tap"
+    async with (
+        GatewayHarness(tap_dir=str(tap_dir)) as gw,
+        AsyncOpenAI(base_url=gw.url, api_key="k") as sdk,
+    ):
+        gw.backend.script([_overflow()], TEXT)
+        await sdk.responses.create(model="m", input=HISTORY, truncation="auto")
+    (path,) = tap_dir.iterdir()
+    lines = [orjson.loads(line) for line in path.read_text().splitlines()]
+    sent = [line["body"]["messages"] for line in lines if line["kind"] == "backend_request"]
+    assert sent == [b["messages"] for b in gw.backend.requests]  # the first, then the truncated
+    status, output = await tap(path)
+    assert status == 0, output

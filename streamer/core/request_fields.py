@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from streamer.core.errors import invalid
+from streamer.core.errors import RequestError, invalid
 
 LOGPROBS = "message.output_text.logprobs"
 INCLUDABLE = frozenset(
@@ -49,7 +49,7 @@ UNSUPPORTED = (
 )
 
 
-def _bad_value(param: str, value: Any, allowed: str) -> Exception:
+def _bad_value(param: str, value: Any, allowed: str) -> RequestError:
     return invalid(f"Invalid value for '{param}': {value!r}. {allowed}", param, "invalid_value")
 
 
