@@ -138,6 +138,7 @@ async def test_the_echo_says_the_tier_the_backend_served() -> None:
         ({"top_logprobs": 21}, "top_logprobs"),
         ({"top_logprobs": -1}, "top_logprobs"),
         ({"include": ["message.output_text.logprobs", "nope"]}, "include[1]"),
+        ({"include": [[]]}, "include[0]"),  # found by tests/test_fuzz.py
         ({"max_tool_calls": 0}, "max_tool_calls"),
         ({"moderation": {"model": "omni-moderation-latest"}}, "moderation"),
         ({"context_management": [{"type": "compaction"}]}, "context_management"),

@@ -62,7 +62,7 @@ def check_fields(request: Mapping[str, Any]) -> None:
             raise invalid(message, name, "unsupported_parameter")
     include = request.get("include") or []
     for i, value in enumerate(include):
-        if value not in INCLUDABLE:
+        if not isinstance(value, str) or value not in INCLUDABLE:
             supported = ", ".join(sorted(INCLUDABLE))
             raise _bad_value(f"include[{i}]", value, f"Supported values are: {supported}.")
     top = request.get("top_logprobs")
