@@ -281,6 +281,14 @@ SETTINGS: tuple[Setting, ...] = (
         _bool,
     ),
     Setting(
+        "--backend-accepts",
+        "backend_accepts",
+        None,
+        "Comma-separated optional Chat parameters the backend takes: logprobs, verbosity, "
+        "service_tier, metadata, and prompt_cache_key or cache_salt for the client's "
+        "prompt_cache_key. Unset: the profile's (generic: logprobs).",
+    ),
+    Setting(
         "--replay-reasoning",
         "replay_reasoning",
         True,
@@ -444,6 +452,7 @@ class Settings:
     max_tokens_field: str | None = None
     drop_params: str | None = None
     file_parts: bool | None = None
+    backend_accepts: str | None = None
     replay_reasoning: bool = True
     reasoning_replay: str | None = None
     idle_timeout: float = 300.0

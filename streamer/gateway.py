@@ -51,6 +51,7 @@ def backend_profile(settings: Settings) -> BackendProfile:
         file_parts=settings.file_parts,
         # --replay-reasoning off (deprecated) still means off
         reasoning_replay=settings.reasoning_replay if settings.replay_reasoning else "off",
+        accepts=settings.backend_accepts,
     )
 
 

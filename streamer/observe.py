@@ -29,18 +29,20 @@ async def observed(
     """`stream_events` with metrics and, under `--tap-dir`, a recording of the exchange."""
     started = time.monotonic()
     recorder = tap.open(turn.response["id"]) if tap is not None else None
-    on_raw = None
+    on_raw = on_request = None
     if recorder is not None:
         recorder.client_request(turn.request)
         recorder.backend_request(turn.chat_request)
-        on_raw = recorder.backend_chunk
+        on_raw, on_request = recorder.backend_chunk, recorder.backend_request  # a resend too
     sent = metrics.child(metrics.events, transport)
     active = metrics.child(metrics.active_streams, transport)
     active.inc()
     quiet.started()
     first = True
     try:
-        async with contextlib.aclosing(stream_events(turn, upstream, on_raw=on_raw)) as events:
+        async with contextlib.aclosing(
+            stream_events(turn, upstream, on_raw=on_raw, on_request=on_request)
+        ) as events:
             async for batch in events:
                 if first:
                     metrics.first_event.observe(time.monotonic() - started)

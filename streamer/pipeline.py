@@ -27,11 +27,13 @@ from streamer.core.events import Event
 from streamer.core.lowering import LoweringOptions, lower, normalize_input
 from streamer.core.output import OutputItemStreamer
 from streamer.core.output_items import OutputLimits
+from streamer.core.request_fields import check_fields, echo_applied
 from streamer.core.response import new_response
 from streamer.core.tools import NamingConfig, ResponsesToolNames
+from streamer.core.truncation import CONTEXT_OVERFLOW, keep_share, truncate
 from streamer.sealing import REASONING_INCLUDE, Sealer
 from streamer.upstream.batch import Batch
-from streamer.upstream.first_call import first_call_only
+from streamer.upstream.first_call import first_calls
 
 log = logging.getLogger("streamer.pipeline")
 
@@ -99,6 +101,8 @@ class Turn:
     client: str = ""  # who asked (streamer.identity): pools and stored responses are per client
     max_seconds: float = 3600.0  # the turn's deadline, from its start (TurnOptions)
     compactor: Compactor | None = None  # a compaction turn (streamer/compaction.py)
+    lowering: LoweringOptions = field(default_factory=LoweringOptions)  # for a re-lowering
+    view: list[dict[str, Any]] = field(default_factory=list)  # items with sealed ones opened
 
     @property
     def response(self) -> dict[str, Any]:
@@ -243,6 +247,7 @@ def validate_request(body: Any, *, model_required: bool = True) -> dict[str, Any
     for name, message in _UNSUPPORTED:
         if body.get(name) is not None:  # ignoring these would silently change the answer
             raise invalid(message, name, "unsupported_parameter")
+    check_fields(body)
     return body
 
 
@@ -272,6 +277,7 @@ def prepare(
     else:
         chat_request = lower(request, view, names, options.lowering)
     response = new_response(request, response_id=response_id)
+    echo_applied(response, chat_request)
     limits = OutputLimits(options.max_output_bytes, options.max_output_items)
     prompt = {k: chat_request[k] for k in ("messages", "tools") if k in chat_request}
     streamer = OutputItemStreamer(
@@ -289,6 +295,8 @@ def prepare(
         streamer,
         max_seconds=options.max_turn_seconds,
         compactor=compactor,
+        lowering=options.lowering,
+        view=view,
     )
 
 
@@ -346,8 +354,46 @@ class TurnClock:
         self._handle.cancel()
 
 
-async def _open(turn: Turn, upstream: Upstream, clock: TurnClock, on_raw: Any) -> UpstreamStream:
-    """Open the backend request within the turn's deadline (504 past it)."""
+async def _open(
+    turn: Turn, upstream: Upstream, clock: TurnClock, on_raw: Any, on_request: Any = None
+) -> UpstreamStream:
+    """Open the backend request within the turn's deadline (504 past it); under
+    `truncation: "auto"` a context overflow is retried once with the oldest items dropped
+    (`on_request` is told the request sent again)."""
+    try:
+        return await _open_once(turn, upstream, clock, on_raw)
+    except RequestError as exc:
+        retry = _truncated(turn, exc)
+        if retry is None:
+            raise
+    turn.chat_request = retry
+    if on_request is not None:
+        on_request(retry)
+    return await _open_once(turn, upstream, clock, on_raw)
+
+
+def _truncated(turn: Turn, exc: RequestError) -> dict[str, Any] | None:
+    """The Chat request without the oldest items, if the overflow is one to truncate."""
+    if exc.code != CONTEXT_OVERFLOW or turn.request.get("truncation") != "auto":
+        return None
+    if turn.compactor is not None:  # a compaction turn is what makes room; it is not cut
+        return None
+    items = turn.view or turn.items
+    kept = truncate(items, keep_share(exc.message))
+    if kept is None:
+        return None
+    log.info(
+        "turn %s: context overflow, retried with %d of %d items (truncation: auto)",
+        turn.response["id"],
+        len(kept),
+        len(items),
+    )
+    return lower(turn.request, kept, turn.names, turn.lowering)
+
+
+async def _open_once(
+    turn: Turn, upstream: Upstream, clock: TurnClock, on_raw: Any
+) -> UpstreamStream:
     headers = turn.headers or None
     clock.waiting = True
     try:
@@ -390,7 +436,11 @@ def _limit_hit(turn: Turn) -> list[Event]:
 
 
 async def stream_events(
-    turn: Turn, upstream: Upstream, *, on_raw: Callable[[bytes], None] | None = None
+    turn: Turn,
+    upstream: Upstream,
+    *,
+    on_raw: Callable[[bytes], None] | None = None,
+    on_request: Callable[[dict[str, Any]], None] | None = None,
 ) -> AsyncGenerator[list[Event], None]:
     """Run the turn; yield one batch of events per upstream read.
 
@@ -401,15 +451,16 @@ async def stream_events(
     streamer = turn.streamer
     clock = TurnClock(turn.max_seconds)
     try:
-        stream = await _open(turn, upstream, clock, on_raw)
+        stream = await _open(turn, upstream, clock, on_raw, on_request)
     except BaseException:
         clock.close()
         raise
     unsent = streamer.start()  # events made but not yet yielded: a failure sends them first
     try:
         next_batch, batch = aiter(stream).__anext__, stream.first
-        if turn.request.get("parallel_tool_calls") is False:  # enforced: backends ignore it
-            next_batch, batch = first_call_only(next_batch, batch)
+        limit = _call_limit(turn.request)
+        if limit is not None:  # enforced: backends ignore parallel_tool_calls, know no limit
+            next_batch, batch = first_calls(next_batch, batch, limit)
         if turn.compactor is not None:  # the answer is the summary, not output
             next_batch, batch = turn.compactor.wrap(next_batch, batch)
         if batch is not None:  # the first deltas came with the head: they leave with `created`
@@ -443,6 +494,15 @@ async def stream_events(
     finally:
         clock.close()
         await stream.aclose()  # cuts the backend unless its answer was read whole
+
+
+def _call_limit(request: dict[str, Any]) -> int | None:
+    """The most tool calls the turn may emit: 1 for `parallel_tool_calls: false`, and
+    `max_tool_calls` (calls beyond are left out, as OpenAI ignores them); None: any."""
+    limits = [request["max_tool_calls"]] if request.get("max_tool_calls") else []
+    if request.get("parallel_tool_calls") is False:
+        limits.append(1)
+    return min(limits) if limits else None
 
 
 def _failed(turn: Turn, exc: Exception, clock: TurnClock) -> list[Event]:

@@ -27,6 +27,7 @@ from typing import Any, AnyStr, Generic
 
 from streamer.core.deltas import (
     Delta,
+    LoggedText,
     ReasoningDelta,
     RefusalDelta,
     TextDelta,
@@ -274,7 +275,7 @@ class _RecordingScrubber:
             self._record(rest)
 
 
-_TEXTS = (TextDelta, ReasoningDelta, RefusalDelta)
+_TEXTS = (TextDelta, LoggedText, ReasoningDelta, RefusalDelta)
 
 
 class _RedactingStream:
@@ -376,7 +377,10 @@ class _RedactingStream:
                 if channel.__class__ is not cls:
                     out += self._flush()
                     self._channel = delta
-                delta.text = feed(delta.text)  # type: ignore[union-attr]
+                text = delta.text  # type: ignore[union-attr]
+                delta.text = feed(text)  # type: ignore[union-attr]
+                if cls is LoggedText and delta.text != text:  # type: ignore[union-attr]
+                    delta.logprobs = []  # type: ignore[union-attr]  # its tokens spell the text
                 if delta.text:  # type: ignore[union-attr]
                     append(delta)
             else:  # finish, usage, failure: the output before it is over
@@ -396,7 +400,7 @@ class _RedactingStream:
         if isinstance(channel, ToolCallDelta):
             return [ToolCallDelta(channel.index, None, None, rest)]
         if isinstance(channel, TextDelta | ReasoningDelta | RefusalDelta):
-            return [channel.__class__(rest)]
+            return [channel.__class__(rest)]  # a LoggedText's tail: no logprobs of its own
         return []  # only output channels are ever current
 
     async def aclose(self) -> None:

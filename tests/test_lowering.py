@@ -729,7 +729,10 @@ def test_json_schema_format() -> None:
     assert caught.value.param == "text.format.schema"
 
 
-def test_fields_without_a_chat_equivalent_are_dropped() -> None:
+def test_fields_the_generic_backend_does_not_take_are_not_sent() -> None:
+    """Identifiers and hints the default profile takes none of (no `user`, no verbosity,
+    tier, metadata or cache hint: tests/test_request_fields.py has what each profile sends);
+    `max_tool_calls` and `truncation` are the gateway's own to apply."""
     request = {
         "model": "m",
         "input": "x",
@@ -745,7 +748,8 @@ def test_fields_without_a_chat_equivalent_are_dropped() -> None:
         "truncation": "auto",
         "client_metadata": {"a": 1},
         "max_tool_calls": 3,
-        "top_logprobs": 2,
+        "top_logprobs": 0,
+        "text": {"verbosity": "low"},
         "reasoning": {"summary": "auto"},
         "temperature": None,
     }

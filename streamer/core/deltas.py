@@ -6,7 +6,7 @@ An upstream decoder (Chat Completions today) turns the backend's chunks into the
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 
@@ -15,6 +15,24 @@ class TextDelta:
     """A piece of the assistant's visible answer."""
 
     text: str
+
+
+@dataclass(slots=True)
+class LoggedText(TextDelta):
+    """A piece of the answer with the log probabilities of its tokens (asked for with
+    `top_logprobs` / `include: ["message.output_text.logprobs"]`), each in the Responses
+    shape: `{token, logprob, bytes, top_logprobs: [{token, logprob, bytes}]}`.
+
+    A class of its own, so that plain text keeps the streamer's per-token path."""
+
+    logprobs: list[dict[str, Any]] = field(default_factory=list)
+
+
+@dataclass(slots=True)
+class ServiceTier:
+    """The service tier the backend reports having served the request at."""
+
+    tier: str
 
 
 @dataclass(slots=True)
@@ -78,6 +96,7 @@ class WholeItem:
 
 Delta = (
     TextDelta
+    | LoggedText
     | ReasoningDelta
     | RefusalDelta
     | ToolCallDelta
@@ -85,4 +104,5 @@ Delta = (
     | Usage
     | UpstreamError
     | WholeItem
+    | ServiceTier
 )

@@ -32,6 +32,7 @@ from streamer.core.input_items import (
     normalize_input,
     public_output_to_input,
 )
+from streamer.core.request_fields import forwarded
 from streamer.core.tools import FlatTool, ResponsesToolNames
 
 __all__ = [
@@ -79,6 +80,10 @@ class LoweringOptions:
     """Chat parameters left out of the request (the backend rejects them)."""
     file_parts: bool = False
     """`input_file` parts go to the backend as Chat `file` parts; else a note in the text."""
+    accepts: frozenset[str] = frozenset({"logprobs"})
+    """Optional Chat parameters the backend takes (`request_fields.OPTIONAL_PARAMS`)."""
+    profile: str = ""
+    """The backend profile's name, for messages."""
 
 
 def lower(
@@ -99,8 +104,7 @@ def lower(
     chat["messages"] = _messages(request, items, names, options)
     chat.update(_tools(request, names, options))
     chat.update(_sampling(request, options))
-    if isinstance(request.get("user"), str):
-        chat["user"] = request["user"]
+    chat.update(forwarded(request, options.accepts, options.profile))
     for key in options.drop:
         chat.pop(key, None)
     return chat  # streaming is the client's to ask for (upstream/chat/client.py), once

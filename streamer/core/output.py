@@ -22,6 +22,7 @@ import sys
 import time
 from collections import deque
 from collections.abc import Callable, Iterable
+from dataclasses import replace
 from typing import Any
 
 import orjson
@@ -29,8 +30,10 @@ import orjson
 from streamer.core.deltas import (
     Delta,
     Finish,
+    LoggedText,
     ReasoningDelta,
     RefusalDelta,
+    ServiceTier,
     TextDelta,
     ToolCallDelta,
     UpstreamError,
@@ -47,6 +50,7 @@ from streamer.core.output_items import (
     Item,
     OutputLimits,
     Part,
+    brief_logprobs,
     custom_input,
     empty_part,
     json_object,
@@ -66,6 +70,7 @@ ARGUMENTS_DELTA = "response.function_call_arguments.delta"
 # The part kind each text delta goes to, and the item and delta event type of that kind.
 _PART_KINDS: dict[type, str] = {
     TextDelta: "output_text",
+    LoggedText: "output_text",
     RefusalDelta: "refusal",
     ReasoningDelta: "reasoning_text",
 }
@@ -120,6 +125,7 @@ class OutputItemStreamer:
         self.exceeded: str | None = None
         self._handlers: dict[type, Callable[[Any], None]] = {
             TextDelta: self._on_content,
+            LoggedText: self._on_content,
             ReasoningDelta: self._on_content,
             RefusalDelta: self._on_content,
             ToolCallDelta: self._on_tool_call,
@@ -127,6 +133,7 @@ class OutputItemStreamer:
             Usage: self._on_usage,
             UpstreamError: self._on_error,
             WholeItem: self._on_whole_item,
+            ServiceTier: self._on_service_tier,
         }
 
     # -- public API -------------------------------------------------------------
@@ -258,14 +265,33 @@ class OutputItemStreamer:
         if not text:
             return
         kind = _PART_KINDS[delta.__class__]
+        logprobs = delta.logprobs if delta.__class__ is LoggedText else None
         hot = self._hot
         if hot is not None and hot.kind == kind:
-            hot.text.write(text)
-            self._delta(hot.delta, text)
+            self._write(hot, text, logprobs)
         elif self._calls:
-            self._deferred.append(delta.__class__(text))
+            self._deferred.append(replace(delta, text=text))
         else:
-            self._part(kind, text)
+            self._part(kind, text, logprobs)
+
+    def _write(self, part: Part, text: str, logprobs: list[dict[str, Any]] | None) -> None:
+        """`text` into `part`, and its delta event (with the tokens' logprobs, if any)."""
+        part.text.write(text)
+        if not logprobs:
+            self._delta(part.delta, text)
+            return
+        part.logprobs.extend(logprobs)
+        self._event(
+            {
+                "type": part.delta.type,
+                **part.where,
+                "delta": text,
+                "logprobs": brief_logprobs(logprobs),
+            }
+        )
+
+    def _on_service_tier(self, delta: ServiceTier) -> None:
+        self.response["service_tier"] = delta.tier  # the echo says the tier that served it
 
     def _on_error(self, delta: UpstreamError) -> None:
         self._fail(delta.code, delta.message)
@@ -376,7 +402,9 @@ class OutputItemStreamer:
 
     # -- message and reasoning items ----------------------------------------------
 
-    def _part(self, part_kind: str, text: str) -> None:
+    def _part(
+        self, part_kind: str, text: str, logprobs: list[dict[str, Any]] | None = None
+    ) -> None:
         """Append `text` to the open part of kind `part_kind`, opening what is needed."""
         item_type, delta_type = _PART_HOMES[part_kind]
         item = self._open
@@ -389,8 +417,7 @@ class OutputItemStreamer:
         if part is None or part.kind != part_kind:
             part = self._open_part(item, part_kind, delta_type)
         self._hot = part
-        part.text.write(text)
-        self._delta(part.delta, text)
+        self._write(part, text, logprobs)
 
     def _open_item(self, item_type: str) -> Item:
         body = new_item(item_type, self._make_id)
@@ -421,7 +448,7 @@ class OutputItemStreamer:
         assert part is not None
         text = part.text.getvalue()
         where = {"item_id": item.id, "output_index": item.output_index, "content_index": part.index}
-        done, full = part_done(part.kind, text)
+        done, full = part_done(part.kind, text, part.logprobs)
         self._event({**done, **where})
         self._event({"type": "response.content_part.done", **where, "part": full})
         item.item["content"].append(full)

@@ -74,20 +74,20 @@ class DeltaTemplate:
 class Part:
     """The open content part of a message or reasoning item."""
 
-    __slots__ = ("delta", "index", "kind", "text")
+    __slots__ = ("delta", "index", "kind", "logprobs", "text", "where")
 
     def __init__(
         self, kind: str, index: int, delta_type: str, item_id: str, output_index: int
     ) -> None:
         self.kind = kind  # output_text | refusal | reasoning_text
         self.index = index
-        where: dict[str, Any] = {
+        self.where: dict[str, Any] = {
             "item_id": item_id,
             "output_index": output_index,
             "content_index": index,
         }
-        if kind == "output_text":
-            where["logprobs"] = []
+        self.logprobs: list[dict[str, Any]] = []  # the tokens' logprobs, when asked for
+        where = {**self.where, "logprobs": []} if kind == "output_text" else self.where
         self.delta = DeltaTemplate(delta_type, where)
         self.text = TextBuffer()
 
@@ -244,11 +244,30 @@ def new_call_item(
     return item
 
 
-def part_done(kind: str, text: str) -> tuple[dict[str, Any], dict[str, Any]]:
-    """A finished part's `*.done` event (without its location) and the part itself."""
+def brief_logprobs(logprobs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Logprobs as the delta and done events carry them (`ResponseTextDeltaEvent.Logprob`: no bytes)."""
+    return [
+        {
+            "token": lp["token"],
+            "logprob": lp["logprob"],
+            "top_logprobs": [
+                {"token": t["token"], "logprob": t["logprob"]} for t in lp["top_logprobs"]
+            ],
+        }
+        for lp in logprobs
+    ]
+
+
+def part_done(
+    kind: str, text: str, logprobs: list[dict[str, Any]] | None = None
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """A finished part's `*.done` event (without its location) and the part itself;
+    an output_text part carries its tokens' `logprobs` (the done event and the part alike)."""
     if kind == "output_text":
-        done = {"type": "response.output_text.done", "text": text, "logprobs": []}
-        return done, {"type": "output_text", "text": text, "annotations": [], "logprobs": []}
+        brief = brief_logprobs(logprobs) if logprobs else []
+        done = {"type": "response.output_text.done", "text": text, "logprobs": brief}
+        part = {"type": "output_text", "text": text, "annotations": [], "logprobs": logprobs or []}
+        return done, part
     if kind == "refusal":
         return {"type": "response.refusal.done", "refusal": text}, {
             "type": "refusal",

@@ -31,6 +31,7 @@ STATUS_COLOR = {"completed": "green", "incomplete": "yellow", "failed": "red"}
 PART_ADDED = ("response.content_part.added", "response.reasoning_summary_part.added")
 CHAT_TYPES = {
     d.TextDelta: "chat.text",
+    d.LoggedText: "chat.text",
     d.ReasoningDelta: "chat.reasoning",
     d.RefusalDelta: "chat.refusal",
     d.ToolCallDelta: "chat.tool_call",

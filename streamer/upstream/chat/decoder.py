@@ -21,8 +21,10 @@ import orjson
 from streamer.core.deltas import (
     Delta,
     Finish,
+    LoggedText,
     ReasoningDelta,
     RefusalDelta,
+    ServiceTier,
     TextDelta,
     ToolCallDelta,
     UpstreamError,
@@ -33,6 +35,7 @@ from streamer.core.sse import SSEDecoder, SSEError, SSEMessage
 from streamer.redact import scrub
 from streamer.upstream.chat.chunk_shapes import NO_SHAPE, learn_arguments, learn_text
 from streamer.upstream.chat.error_shapes import CONTEXT_OVERFLOW, is_context_overflow, is_rejection
+from streamer.upstream.chat.logprobs import choice_logprobs
 
 INVALID_CHUNK = "invalid_upstream_chunk"
 INVALID_ENCODING = "invalid_upstream_encoding"  # a compressed stream that stops decoding
@@ -103,9 +106,10 @@ class CallIndexes:
 class ChatChunkDecoder:
     """One per backend stream. `done` is set by `[DONE]`, `finished` by a finish reason."""
 
-    __slots__ = ("_args", "_calls", "_lessons", "_text", "done", "finished")
+    __slots__ = ("_args", "_calls", "_lessons", "_text", "_tier", "done", "finished")
 
     def __init__(self) -> None:
+        self._tier: str | None = None  # the service tier the stream reported last
         self.done = False
         self.finished = False
         self._calls = CallIndexes()
@@ -203,6 +207,8 @@ class ChatChunkDecoder:
                         _message_deltas(delta, out)
                         if "tool_calls" in delta:
                             self._renumber(out)
+                        if choice.get("logprobs"):
+                            _logged(out, choice)
                     reason = choice.get("finish_reason")
                     if reason and isinstance(reason, str):
                         self.finished = True
@@ -211,6 +217,10 @@ class ChatChunkDecoder:
         usage = obj.get("usage")
         if usage and isinstance(usage, dict):
             out.append(decode_usage(usage))
+        tier = obj.get("service_tier")
+        if tier and isinstance(tier, str) and tier != self._tier:  # sent on every chunk
+            self._tier = tier
+            out.append(ServiceTier(tier))
         return out
 
     def _renumber(self, out: list[Delta]) -> None:
@@ -403,12 +413,17 @@ def decode_completion(body: Any) -> list[Delta]:
             message = choice.get("delta")  # some servers reuse the chunk shape
         if isinstance(message, dict):
             _message_deltas(message, out)
+            if choice.get("logprobs"):
+                _logged(out, choice)
         reason = choice.get("finish_reason")
         if reason and isinstance(reason, str):
             out.append(Finish(reason))
     usage = body.get("usage")
     if usage and isinstance(usage, dict):
         out.append(decode_usage(usage))
+    tier = body.get("service_tier")
+    if tier and isinstance(tier, str):
+        out.append(ServiceTier(tier))
     return out
 
 
@@ -557,6 +572,18 @@ def _message_deltas(delta: dict[str, Any], out: list[Delta]) -> None:
         for position, call in enumerate(tool_calls):
             if isinstance(call, dict):
                 out.append(_tool_call(call, position))
+
+
+def _logged(out: list[Delta], choice: dict[str, Any]) -> None:
+    """The choice's text delta (the last one in `out`, if any) with its tokens' logprobs."""
+    logprobs = choice_logprobs(choice)
+    if not logprobs:
+        return
+    for i in range(len(out) - 1, -1, -1):
+        delta = out[i]
+        if delta.__class__ is TextDelta:
+            out[i] = LoggedText(delta.text, logprobs)
+            return
 
 
 def _tool_call(call: dict[str, Any], position: int) -> ToolCallDelta:

@@ -13,6 +13,7 @@ from dataclasses import dataclass, replace
 from typing import Literal
 
 from streamer.core.lowering import LoweringOptions
+from streamer.core.request_fields import OPTIONAL_PARAMS
 
 SystemPolicy = Literal["merge", "keep", "user"]
 SYSTEM_POLICIES: tuple[SystemPolicy, ...] = ("merge", "keep", "user")
@@ -20,6 +21,9 @@ ReasoningReplay = Literal["reasoning_content", "reasoning", "off"]
 REASONING_REPLAYS: tuple[ReasoningReplay, ...] = ("reasoning_content", "reasoning", "off")
 
 _THREE = ("low", "medium", "high")
+# `logprobs`/`top_logprobs` are Chat Completions' own; every backend here takes them or
+# ignores them (the answer then carries none).
+_LOGPROBS = frozenset({"logprobs"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,6 +48,10 @@ class BackendProfile:
     reasoning_replay: ReasoningReplay = "reasoning_content"
     """The assistant message field that earlier turns' readable reasoning goes back in
     (`off`: not replayed). DeepSeek, Kimi and GLM reject a tool loop without it."""
+    accepts: frozenset[str] = _LOGPROBS
+    """Optional Chat parameters the backend takes (streamer/core/request_fields.py):
+    `logprobs`, `verbosity`, `service_tier`, `metadata`, and a cache hint named
+    `prompt_cache_key` or `cache_salt`; a request field it does not take is not sent."""
 
 
 PROFILES: dict[str, BackendProfile] = {
@@ -68,6 +76,10 @@ PROFILES: dict[str, BackendProfile] = {
             drop=frozenset(),
             file_parts=True,
             reasoning_replay="off",
+            # chat/create takes logprobs, verbosity, service_tier, metadata, prompt_cache_key
+            accepts=frozenset(
+                {"logprobs", "verbosity", "service_tier", "metadata", "prompt_cache_key"}
+            ),
         ),
         # vLLM: reasoning_effort is Literal["low","medium","high"] in its ChatCompletionRequest
         # (vllm/entrypoints/openai/protocol.py); a named tool_choice is honoured through
@@ -133,6 +145,8 @@ PROFILES: dict[str, BackendProfile] = {
             drop=frozenset(),
             file_parts=True,
             reasoning_replay="reasoning",
+            # its request schema takes logprobs and metadata (openrouter.ai/docs/api-reference)
+            accepts=frozenset({"logprobs", "metadata"}),
         ),
     )
 }
@@ -156,6 +170,7 @@ def resolve(
     drop_params: str | None = None,
     file_parts: bool | None = None,
     reasoning_replay: str | None = None,
+    accepts: str | None = None,
 ) -> BackendProfile:
     """The profile `name` with each flag that was given laid over it."""
     profile = PROFILES.get(name)
@@ -189,6 +204,15 @@ def resolve(
                 f"(got {reasoning_replay!r})"
             )
         profile = replace(profile, reasoning_replay=reasoning_replay)
+    if accepts is not None:
+        taken = frozenset(p.strip() for p in accepts.split(",") if p.strip())
+        unknown = taken - OPTIONAL_PARAMS
+        if unknown:
+            raise ValueError(
+                f"--backend-accepts: unknown parameter(s) {', '.join(sorted(unknown))} "
+                f"(known: {', '.join(sorted(OPTIONAL_PARAMS))})"
+            )
+        profile = replace(profile, accepts=taken)
     return profile
 
 
@@ -206,4 +230,6 @@ def lowering_options(profile: BackendProfile, *, model: str | None) -> LoweringO
         efforts=profile.efforts,
         drop=profile.drop,
         file_parts=profile.file_parts,
+        accepts=profile.accepts,
+        profile=profile.name,
     )
