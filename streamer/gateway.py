@@ -20,7 +20,7 @@ from streamer.core.events import Event
 from streamer.core.tools import NamingConfig
 from streamer.identity import request_client
 from streamer.metrics import Metrics
-from streamer.observe import observed
+from streamer.observe import observed, open_recording
 from streamer.pipeline import Sink, Turn, TurnOptions, prepare
 from streamer.quiet_trim import QuietTrim, malloc_trim
 from streamer.recorder import TapDirectory
@@ -290,7 +290,10 @@ class Gateway:
 
     async def start_background(self, turn: Turn) -> bytes:
         """Accept a background turn (stored as queued, then run in its own task); its
-        queued snapshot."""
+        queued snapshot. Its `--tap-dir` recording is opened here and kept by the background
+        turn: it holds every event of the log, `response.queued` and a cancel included."""
+        if self.tap is not None:
+            turn.recorder = open_recording(self.tap, turn)
         return await self.background.start(turn, self._run_background)
 
     async def _run_background(self, turn: Turn, sink: Sink) -> None:

@@ -27,6 +27,7 @@ from streamer.core.output import OutputItemStreamer
 from streamer.core.output_items import OutputLimits
 from streamer.core.response import new_response
 from streamer.core.tools import NamingConfig, ResponsesToolNames
+from streamer.recorder import ExchangeRecorder
 from streamer.upstream.batch import Batch
 from streamer.upstream.first_call import first_call_only
 
@@ -94,6 +95,9 @@ class Turn:
     headers: dict[str, str] = field(default_factory=dict)
     client: str = ""  # who asked (streamer.identity): pools and stored responses are per client
     max_seconds: float = 3600.0  # the turn's deadline, from its start (TurnOptions)
+    # `--tap-dir`: a recording opened before the turn runs (a background turn's, which holds
+    # its `response.queued` and its cancel); its opener records the client events and closes it.
+    recorder: ExchangeRecorder | None = None
 
     @property
     def response(self) -> dict[str, Any]:
