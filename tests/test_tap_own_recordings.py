@@ -13,7 +13,7 @@ from pathlib import Path
 import orjson
 from harness import GatewayHarness
 from openai import AsyncOpenAI
-from scripted_backend import HANG, DONE, error_chunk, finish, text_chunks, usage
+from scripted_backend import DONE, HANG, error_chunk, finish, text_chunks, usage
 
 from streamer.cli import build_parser
 from streamer.tap.command import run_tap
