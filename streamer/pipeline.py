@@ -24,7 +24,7 @@ from streamer.core.errors import RequestError, invalid
 from streamer.core.events import Event
 from streamer.core.lowering import LoweringOptions, lower, normalize_input
 from streamer.core.output import OutputItemStreamer
-from streamer.core.output_items import OutputLimits
+from streamer.core.output_items import SUMMARIES, OutputLimits
 from streamer.core.response import new_response
 from streamer.core.tools import NamingConfig, ResponsesToolNames
 from streamer.recorder import ExchangeRecorder
@@ -220,6 +220,14 @@ def validate_request(body: Any, *, model_required: bool = True) -> dict[str, Any
             f"Invalid value for 'truncation': {body['truncation']!r}. "
             "Supported values are: 'auto' and 'disabled'.",
             "truncation",
+            "invalid_value",
+        )
+    summary = _field(body, "reasoning.summary")
+    if summary is not None and summary not in SUMMARIES:
+        raise invalid(
+            f"Invalid value for 'reasoning.summary': {summary!r}. "
+            "Supported values are: 'auto', 'concise' and 'detailed'.",
+            "reasoning.summary",
             "invalid_value",
         )
     fmt = _field(body, "text.format")

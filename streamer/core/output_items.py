@@ -79,12 +79,12 @@ class Part:
     def __init__(
         self, kind: str, index: int, delta_type: str, item_id: str, output_index: int
     ) -> None:
-        self.kind = kind  # output_text | refusal | reasoning_text
+        self.kind = kind  # output_text | refusal | reasoning_text | summary_text
         self.index = index
         where: dict[str, Any] = {
             "item_id": item_id,
             "output_index": output_index,
-            "content_index": index,
+            ("summary_index" if kind == "summary_text" else "content_index"): index,
         }
         if kind == "output_text":
             where["logprobs"] = []
@@ -159,7 +159,7 @@ def empty_part(kind: str) -> dict[str, Any]:
         return {"type": "output_text", "text": "", "annotations": [], "logprobs": []}
     if kind == "refusal":
         return {"type": "refusal", "refusal": ""}
-    return {"type": "reasoning_text", "text": ""}
+    return {"type": kind, "text": ""}  # reasoning_text, summary_text
 
 
 def custom_input(arguments: str) -> str:
@@ -254,7 +254,22 @@ def part_done(kind: str, text: str) -> tuple[dict[str, Any], dict[str, Any]]:
             "type": "refusal",
             "refusal": text,
         }
+    if kind == "summary_text":
+        return {"type": "response.reasoning_summary_text.done", "text": text}, {
+            "type": "summary_text",
+            "text": text,
+        }
     return {"type": "response.reasoning_text.done", "text": text}, {
         "type": "reasoning_text",
         "text": text,
     }
+
+
+SUMMARIES = ("auto", "concise", "detailed")
+"""`reasoning.summary` values that ask for the reasoning as `summary_text` parts."""
+
+
+def wants_summary(response: dict[str, Any]) -> bool:
+    """Whether the request (as the Response echoes it) asked for reasoning summaries."""
+    reasoning = response.get("reasoning")
+    return isinstance(reasoning, dict) and reasoning.get("summary") in SUMMARIES
