@@ -555,7 +555,6 @@ def test_unlowerable_items_are_dropped_not_rejected() -> None:
         {"type": "compaction", "encrypted_content": "C"},
         {"type": "additional_tools", "role": "developer", "tools": []},
         {"type": "mcp_call", "id": "x", "name": "n"},
-        {"type": "local_shell_call", "call_id": "l"},
         assistant("b"),
     ]
     assert messages(items) == [

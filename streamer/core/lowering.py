@@ -25,6 +25,7 @@ from streamer.core.input_items import (
     OUTPUT_TYPES,
     TEXT_PARTS,
     normalize_input,
+    output_call_id,
     public_output_to_input,
 )
 from streamer.core.tools import FlatTool, ResponsesToolNames
@@ -130,7 +131,7 @@ class _Messages:
             self.open()
             self.calls.append(self.tool_call(index, item))
         elif kind in OUTPUT_TYPES:
-            call_id = item.get("call_id")
+            call_id = output_call_id(item)
             if not call_id and kind == "tool_search_output" and self.search_ids:
                 call_id = self.search_ids.popleft()
             if not call_id:
@@ -179,6 +180,10 @@ class _Messages:
         elif kind == "custom_tool_call":
             flat = self.names.encode(item.get("namespace") or None, item["name"], "custom")
             arguments = _json({"input": item.get("input") or ""}, f"input[{index}].input")
+        elif kind == "local_shell_call":  # its action is the function's arguments
+            flat = self.names.encode(None, "local_shell", "local_shell")
+            action = {k: v for k, v in item["action"].items() if k != "type" and v is not None}
+            arguments = _json(action, f"input[{index}].action")
         else:  # tool_search_call
             flat = self.search_name()
             path = f"input[{index}].arguments"

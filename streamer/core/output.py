@@ -49,6 +49,7 @@ from streamer.core.output_items import (
     custom_input,
     empty_part,
     json_object,
+    local_shell_action,
     new_call_item,
     new_item,
     part_done,
@@ -482,6 +483,8 @@ class OutputItemStreamer:
                 self._delta(DeltaTemplate("response.custom_tool_call_input.delta", where), text)
             self._event({"type": "response.custom_tool_call_input.done", **where, "input": text})
             item["input"] = text
+        elif item["type"] == "local_shell_call":
+            item["action"] = local_shell_action(arguments)
         else:
             item["arguments"] = json_object(arguments)
         call.emitted = True

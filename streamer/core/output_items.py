@@ -199,6 +199,34 @@ def _cut_input(arguments: str) -> str:
     return arguments
 
 
+def local_shell_action(arguments: str) -> dict[str, Any]:
+    """A `local_shell_call`'s action (OpenAI's `LocalShellCallAction`) from the arguments the
+    backend gave its function: `command` as a list of strings (a model that sent one string
+    gets it run by `bash -lc`), `env` always an object, the optional fields when well typed."""
+    args = json_object(arguments)
+    command = args.get("command")
+    if isinstance(command, str):
+        command = ["bash", "-lc", command]
+    elif isinstance(command, list):
+        command = [
+            part if isinstance(part, str) else orjson.dumps(part).decode() for part in command
+        ]
+    else:
+        command = []
+    env = args.get("env")
+    env = (
+        {str(k): v if isinstance(v, str) else str(v) for k, v in env.items()}
+        if isinstance(env, dict)
+        else {}
+    )
+    action: dict[str, Any] = {"type": "exec", "command": command, "env": env}
+    for key, kind in (("working_directory", str), ("timeout_ms", int), ("user", str)):
+        value = args.get(key)
+        if isinstance(value, kind) and not isinstance(value, bool):
+            action[key] = value
+    return action
+
+
 def json_object(arguments: str) -> Any:
     """Tool-search arguments travel as a JSON object, not a string."""
     try:
@@ -238,6 +266,9 @@ def new_call_item(
     elif identity.kind == "tool_search":
         item = {"id": make_id("tsc"), "type": "tool_search_call", "status": "in_progress"}
         item.update(call_id=call_id, execution="client", arguments={})
+    elif identity.kind == "local_shell":
+        item = {"id": make_id("lsh"), "type": "local_shell_call", "status": "in_progress"}
+        item.update(call_id=call_id, action={"type": "exec", "command": [], "env": {}})
     else:
         item = {"id": make_id("fc"), "type": "function_call", "status": "in_progress"}
         item.update(arguments="", call_id=call_id, **public_name(identity))
