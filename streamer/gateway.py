@@ -15,6 +15,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from streamer.config import Settings
+from streamer.core import item_references
 from streamer.core.errors import RequestError, invalid, shutting_down
 from streamer.core.events import Event
 from streamer.core.tools import NamingConfig
@@ -207,6 +208,8 @@ class Gateway:
             previous = body.get("previous_response_id") if isinstance(body, dict) else None
             # absent, or a type error that validation reports with its param
             history = await self.history(previous, client) if isinstance(previous, str) else []
+        if isinstance(body, dict) and item_references.referenced_ids(body.get("input")):
+            body = {**body, "input": await self.references(body["input"], history, client)}
         turn = prepare(body, self.options, history=history)
         if client is not None:
             turn.client = client
@@ -226,6 +229,26 @@ class Gateway:
         if record is None:
             raise previous_not_found(previous)
         return continuation(record.input_items, record.response.get("output") or [])
+
+    async def references(
+        self, value: list[Any], history: Sequence[dict[str, Any]], client: str | None
+    ) -> list[Any]:
+        """`input` with its item_references replaced by the items: from the continued
+        history, else the store (only this client's records); unknown ids are a 400."""
+        wanted = item_references.referenced_ids(value)
+        if len(wanted) > self.options.max_input_items:
+            raise invalid(f"Too many item references: {len(wanted)}.", "input")
+        found = item_references.items_by_id(history)
+        for item_id in wanted:
+            if item_id in found:
+                continue
+            try:
+                item = await self.store.get_item(item_id, owner=client)
+            except StoreUnavailable as exc:
+                raise store_unavailable(exc) from None
+            if item is not None:
+                found[item_id] = item
+        return item_references.resolve(value, found)
 
     async def run(
         self, turn: Turn, sink: Sink, transport: str, *, keep: Callable[[Turn], bool] = always

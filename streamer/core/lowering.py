@@ -6,8 +6,9 @@ Choices that every Chat backend accepts:
 - consecutive assistant-side items (messages, tool calls, reasoning) become ONE assistant
   message, so each `tool_calls` message is directly followed by its `tool` messages;
 - what Chat cannot carry (file_id images, images in tool results or assistant turns,
-  encrypted reasoning, item references, compaction, unknown items) becomes a short bracketed
-  note or is left out of the chat view; it is never an error.
+  encrypted reasoning, compaction, unknown items) becomes a short bracketed note or is left
+  out of the chat view; it is never an error. Item references are put in by the gateway
+  (streamer/core/item_references.py): one that reaches lowering is unknown, a 400.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from streamer.core.input_items import (
     output_call_id,
     public_output_to_input,
 )
+from streamer.core.item_references import not_found
 from streamer.core.tools import FlatTool, ResponsesToolNames
 
 __all__ = [
@@ -125,6 +127,8 @@ class _Messages:
 
     def add(self, index: int, item: dict[str, Any]) -> None:
         kind = item.get("type", "item_reference")
+        if kind == "item_reference":  # the gateway puts the items in; this one is unknown
+            raise not_found(str(item.get("id")), index)
         if kind == "message":
             self.message(item)
         elif kind in CALL_TYPES:
