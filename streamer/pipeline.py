@@ -98,6 +98,8 @@ class Turn:
     # `--tap-dir`: a recording opened before the turn runs (a background turn's, which holds
     # its `response.queued` and its cancel); its opener records the client events and closes it.
     recorder: ExchangeRecorder | None = None
+    conversation: str | None = None  # the conversation this turn extends at its end
+    new_from: int = 0  # where the request's own items start in `items` (after any history)
 
     @property
     def response(self) -> dict[str, Any]:
@@ -141,10 +143,6 @@ _TRUNCATION = ("auto", "disabled")
 _FORMATS = ("text", "json_object", "json_schema")
 # Parameters that need OpenAI-hosted state this gateway does not have.
 _UNSUPPORTED = (
-    (
-        "conversation",
-        "Conversations are not supported by this gateway; use 'previous_response_id'.",
-    ),
     ("prompt", "Stored prompt templates are not supported by this gateway; send 'instructions'."),
 )
 
