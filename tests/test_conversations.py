@@ -139,3 +139,28 @@ async def test_responses_on_a_conversation(gw: GatewayHarness, client: AsyncOpen
         )
     assert both.value.body["param"] == "previous_response_id"  # type: ignore[index]
     assert len(gw.backend.requests) == 2
+
+
+async def test_the_agents_sdk_conversations_session(
+    gw: GatewayHarness, client: AsyncOpenAI
+) -> None:
+    """`OpenAIConversationsSession` (openai-agents) keeps a chat's history on the gateway."""
+    agents = pytest.importorskip("agents")
+    from agents.memory import OpenAIConversationsSession
+
+    agents.set_tracing_disabled(True)
+    model = agents.OpenAIResponsesModel(model="m", openai_client=client)
+    agent = agents.Agent(name="helper", instructions="Be brief.", model=model)
+    session = OpenAIConversationsSession(openai_client=client)
+    gw.backend.script([*text_chunks(["Hello Ada."]), *END], [*text_chunks(["Ada."]), *END])
+    first = await agents.Runner.run(agent, "My name is Ada.", session=session)
+    assert first.final_output == "Hello Ada."
+    second = await agents.Runner.run(agent, "What is my name?", session=session)
+    assert second.final_output == "Ada."
+    contents = [m["content"] for m in gw.backend.requests[-1]["messages"]]
+    assert contents == ["Be brief.", "My name is Ada.", "Hello Ada.", "What is my name?"]
+    items = await session.get_items()
+    assert [i.get("role") for i in items] == ["user", "assistant", "user", "assistant"]
+    popped = await session.pop_item()
+    assert popped is not None and len(await session.get_items()) == 3
+    await session.clear_session()
