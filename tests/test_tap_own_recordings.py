@@ -17,6 +17,7 @@ from scripted_backend import DONE, HANG, error_chunk, finish, text_chunks, usage
 
 from streamer.cli import build_parser
 from streamer.tap.command import run_tap
+from streamer.tap.replay import Recording, normalised, replay
 
 END = [finish("stop"), usage(3, 2), DONE]
 
@@ -87,3 +88,7 @@ async def test_every_recording_passes_the_tap_checker(tmp_path: Path) -> None:
     assert cancelled[0] == "response.queued" and cancelled[-1] == "response.failed"
     assert events(files[ids["failed"]])[-1] == "response.failed"
     assert events(files[ids["incomplete"]])[-1] == "response.incomplete"
+    # and replays as it was recorded, response.queued included
+    recording = Recording.load(str(files[ids["background"]]))
+    replayed = [orjson.loads(e.data) for e in await replay(recording)]
+    assert normalised(replayed) == normalised(recording.events)
