@@ -184,7 +184,8 @@ class OutputItemStreamer:
                     and live.index == delta.index  # type: ignore[union-attr]
                     and delta.id is None  # type: ignore[union-attr]
                     and delta.name is None  # type: ignore[union-attr]
-                    and 0 < len(piece) <= self._left
+                    and piece  # not "" (nor a None the handler also takes)
+                    and len(piece) <= self._left
                 ):
                     self._left -= len(piece)
                     live.args.append(piece)
