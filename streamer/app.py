@@ -307,7 +307,7 @@ def check_settings(settings: Settings) -> None:
 
 
 def create_app(settings: Settings) -> web.Application:
-    from streamer.frontends import http, retrieval, websocket
+    from streamer.frontends import conversations, http, retrieval, websocket
 
     check_settings(settings)
     front = FrontDoor(settings.max_client_connections, settings.client_header_timeout)
@@ -332,6 +332,7 @@ def create_app(settings: Settings) -> web.Application:
     websocket.add_routes(app)  # GET /v1/responses (upgrade) before the HTTP routes
     http.add_routes(app)
     retrieval.add_routes(app)
+    conversations.add_routes(app)
     app.on_shutdown.append(_finish_shutdown)  # last: after the WebSocket sessions closed
     return app
 

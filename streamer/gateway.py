@@ -14,13 +14,15 @@ import logging
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+from streamer import conversations
 from streamer.config import Settings
+from streamer.core import item_references
 from streamer.core.errors import RequestError, invalid, shutting_down
 from streamer.core.events import Event
 from streamer.core.tools import NamingConfig
 from streamer.identity import request_client
 from streamer.metrics import Metrics
-from streamer.observe import observed
+from streamer.observe import observed, open_recording
 from streamer.pipeline import Sink, Turn, TurnOptions, prepare
 from streamer.quiet_trim import QuietTrim, malloc_trim
 from streamer.recorder import TapDirectory
@@ -189,6 +191,7 @@ class Gateway:
         self.background = background
         self.options = turn_options(settings)
         self.in_flight = InFlight()
+        self.conversations = conversations.Conversations(store, settings.max_input_items)
         self.stats: dict[str, int] = {"http_turns": 0, "ws_connections": 0, "ws_turns": 0}
         self.metrics = Metrics()
         self.tap = TapDirectory(settings.tap_dir) if settings.tap_dir else None
@@ -221,7 +224,13 @@ class Gateway:
             previous = body.get("previous_response_id") if isinstance(body, dict) else None
             # absent, or a type error that validation reports with its param
             history = await self.history(previous, client) if isinstance(previous, str) else []
+        conversation = None
+        if isinstance(body, dict) and body.get("conversation") is not None:
+            conversation, body, history = await self.conversation(body, history, client)
+        if isinstance(body, dict) and item_references.referenced_ids(body.get("input")):
+            body = {**body, "input": await self.references(body["input"], history, client)}
         turn = prepare(body, self.options, history=history)
+        turn.conversation, turn.new_from = conversation, len(history)
         if client is not None:
             turn.client = client
         if authorization and self.settings.forward_authorization:
@@ -233,6 +242,8 @@ class Gateway:
         a store outage is a 503."""
         if not previous:
             return []
+        if conversations.is_conversation_id(previous):  # a conversation is no response
+            raise previous_not_found(previous)
         try:
             record = await self.store.get(previous, owner=client)
         except StoreUnavailable as exc:
@@ -240,6 +251,39 @@ class Gateway:
         if record is None:
             raise previous_not_found(previous)
         return continuation(record.input_items, record.response.get("output") or [])
+
+    async def conversation(
+        self, body: dict[str, Any], history: Sequence[dict[str, Any]], client: str | None
+    ) -> tuple[str, dict[str, Any], list[dict[str, Any]]]:
+        """`conversation` on create: its id, the body echoing `{"id": …}`, and the history
+        with the conversation's items (404 for an unknown or another client's one)."""
+        conversation_id = conversations.requested_id(body["conversation"])
+        assert conversation_id is not None
+        record = await self.conversations.get(conversation_id, client)
+        if record is None:
+            raise conversations.not_found(conversation_id, "conversation")
+        body = {**body, "conversation": {"id": conversation_id}}
+        return conversation_id, body, [*history, *record.input_items]
+
+    async def references(
+        self, value: list[Any], history: Sequence[dict[str, Any]], client: str | None
+    ) -> list[Any]:
+        """`input` with its item_references replaced by the items: from the continued
+        history, else the store (only this client's records); unknown ids are a 400."""
+        wanted = item_references.referenced_ids(value)
+        if len(wanted) > self.options.max_input_items:
+            raise invalid(f"Too many item references: {len(wanted)}.", "input")
+        found = item_references.items_by_id(history)
+        for item_id in wanted:
+            if item_id in found:
+                continue
+            try:
+                item = await self.store.get_item(item_id, owner=client)
+            except StoreUnavailable as exc:
+                raise store_unavailable(exc) from None
+            if item is not None:
+                found[item_id] = item
+        return item_references.resolve(value, found)
 
     async def run(
         self, turn: Turn, sink: Sink, transport: str, *, keep: Callable[[Turn], bool] = always
@@ -264,6 +308,8 @@ class Gateway:
                     ending = batch
                     if keep(turn):
                         await self.remember(turn)
+                    if turn.conversation is not None:
+                        await self.extend_conversation(turn)
                     ending = []
                     await sink.send(batch, True)
                     return
@@ -294,6 +340,18 @@ class Gateway:
         except Exception as exc:  # the client already has its answer; say so in the log
             log.warning("could not store response %s: %s", turn.response["id"], exc)
 
+    async def extend_conversation(self, turn: Turn) -> None:
+        """A finished turn on a conversation: its input and output join it."""
+        assert turn.conversation is not None
+        if turn.response["status"] not in ("completed", "incomplete"):
+            return
+        await self.conversations.after_turn(
+            turn.conversation,
+            turn.client,
+            turn.items[turn.new_from :],
+            turn.response.get("output") or [],
+        )
+
     async def models(self, authorization: str | None) -> tuple[int, bytes]:
         """`GET /v1/models` from the backend: status and body (the client's Authorization
         forwarded under `--forward-authorization`)."""
@@ -304,7 +362,10 @@ class Gateway:
 
     async def start_background(self, turn: Turn) -> bytes:
         """Accept a background turn (stored as queued, then run in its own task); its
-        queued snapshot."""
+        queued snapshot. Its `--tap-dir` recording is opened here and kept by the background
+        turn: it holds every event of the log, `response.queued` and a cancel included."""
+        if self.tap is not None:
+            turn.recorder = open_recording(self.tap, turn)
         return await self.background.start(turn, self._run_background)
 
     async def _run_background(self, turn: Turn, sink: Sink) -> None:

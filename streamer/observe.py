@@ -15,7 +15,7 @@ from streamer.core.events import Event
 from streamer.metrics import Metrics
 from streamer.pipeline import Turn, Upstream, stream_events
 from streamer.quiet_trim import QuietTrim
-from streamer.recorder import TapDirectory
+from streamer.recorder import ExchangeRecorder, TapDirectory
 
 
 async def observed(
@@ -28,12 +28,11 @@ async def observed(
 ) -> AsyncGenerator[list[Event], None]:
     """`stream_events` with metrics and, under `--tap-dir`, a recording of the exchange."""
     started = time.monotonic()
-    recorder = tap.open(turn.response["id"]) if tap is not None else None
-    on_raw = on_request = None
-    if recorder is not None:
-        recorder.client_request(turn.request)
-        recorder.backend_request(turn.chat_request)
-        on_raw, on_request = recorder.backend_chunk, recorder.backend_request  # a resend too
+    recorder, own = turn.recorder, turn.recorder is None  # else its opener records the events
+    if own and tap is not None:
+        recorder = open_recording(tap, turn)
+    on_raw = recorder.backend_chunk if recorder is not None else None
+    on_request = recorder.backend_request if recorder is not None else None  # a resend too
     sent = metrics.child(metrics.events, transport)
     active = metrics.child(metrics.active_streams, transport)
     active.inc()
@@ -48,12 +47,12 @@ async def observed(
                     metrics.first_event.observe(time.monotonic() - started)
                     first = False
                 sent.inc(len(batch))
-                if recorder is not None:
+                if recorder is not None and own:
                     recorder.client_events(batch)
                 yield batch
     except RequestError as exc:
         metrics.backend_errors.labels(str(exc.code or exc.status)).inc()
-        if recorder is not None:
+        if recorder is not None and own:
             recorder.error(exc.status, exc.body())
         raise
     finally:
@@ -66,5 +65,13 @@ async def observed(
         error = turn.response.get("error")
         if status == "failed" and error:
             metrics.backend_errors.labels(str(error.get("type") or error.get("code"))).inc()
-        if recorder is not None:
+        if recorder is not None and own:
             recorder.close()
+
+
+def open_recording(tap: TapDirectory, turn: Turn) -> ExchangeRecorder:
+    """The turn's recording, with the client's request and the backend's as its first lines."""
+    recorder = tap.open(turn.response["id"])
+    recorder.client_request(turn.request)
+    recorder.backend_request(turn.chat_request)
+    return recorder

@@ -26,11 +26,12 @@ from streamer.core.errors import RequestError, invalid
 from streamer.core.events import Event
 from streamer.core.lowering import LoweringOptions, lower, normalize_input
 from streamer.core.output import OutputItemStreamer
-from streamer.core.output_items import OutputLimits
+from streamer.core.output_items import SUMMARIES, OutputLimits
 from streamer.core.request_fields import check_fields, echo_applied
 from streamer.core.response import new_response
 from streamer.core.tools import NamingConfig, ResponsesToolNames
 from streamer.core.truncation import CONTEXT_OVERFLOW, keep_share, truncate
+from streamer.recorder import ExchangeRecorder
 from streamer.sealing import REASONING_INCLUDE, Sealer
 from streamer.upstream.batch import Batch
 from streamer.upstream.first_call import first_calls
@@ -103,6 +104,11 @@ class Turn:
     compactor: Compactor | None = None  # a compaction turn (streamer/compaction.py)
     lowering: LoweringOptions = field(default_factory=LoweringOptions)  # for a re-lowering
     view: list[dict[str, Any]] = field(default_factory=list)  # items with sealed ones opened
+    # `--tap-dir`: a recording opened before the turn runs (a background turn's, which holds
+    # its `response.queued` and its cancel); its opener records the client events and closes it.
+    recorder: ExchangeRecorder | None = None
+    conversation: str | None = None  # the conversation this turn extends at its end
+    new_from: int = 0  # where the request's own items start in `items` (after any history)
 
     @property
     def response(self) -> dict[str, Any]:
@@ -146,10 +152,6 @@ _TRUNCATION = ("auto", "disabled")
 _FORMATS = ("text", "json_object", "json_schema")
 # Parameters that need OpenAI-hosted state this gateway does not have.
 _UNSUPPORTED = (
-    (
-        "conversation",
-        "Conversations are not supported by this gateway; use 'previous_response_id'.",
-    ),
     ("prompt", "Stored prompt templates are not supported by this gateway; send 'instructions'."),
 )
 
@@ -225,6 +227,14 @@ def validate_request(body: Any, *, model_required: bool = True) -> dict[str, Any
             f"Invalid value for 'truncation': {body['truncation']!r}. "
             "Supported values are: 'auto' and 'disabled'.",
             "truncation",
+            "invalid_value",
+        )
+    summary = _field(body, "reasoning.summary")
+    if summary is not None and summary not in SUMMARIES:
+        raise invalid(
+            f"Invalid value for 'reasoning.summary': {summary!r}. "
+            "Supported values are: 'auto', 'concise' and 'detailed'.",
+            "reasoning.summary",
             "invalid_value",
         )
     fmt = _field(body, "text.format")

@@ -290,7 +290,6 @@ async def test_unknown_fields_and_items_pass_without_error(
     response = await client.responses.create(
         model="m",
         input=[
-            {"type": "item_reference", "id": "msg_x"},
             {"type": "brand_new_item", "data": 1},  # (a compaction is opened: test_compaction)
             {"role": "user", "content": "hi", "phase": "final_answer"},
         ],

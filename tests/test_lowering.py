@@ -550,19 +550,24 @@ def test_reasoning_without_a_following_assistant_is_dropped() -> None:
 
 def test_unlowerable_items_are_dropped_not_rejected() -> None:
     items = [
-        {"type": "item_reference", "id": "msg_0"},
-        {"id": "msg_00"},
         user("a"),
         {"type": "compaction", "encrypted_content": "C"},
         {"type": "additional_tools", "role": "developer", "tools": []},
         {"type": "mcp_call", "id": "x", "name": "n"},
-        {"type": "local_shell_call", "call_id": "l"},
         assistant("b"),
     ]
     assert messages(items) == [
         {"role": "user", "content": "a"},
         {"role": "assistant", "content": "b"},
     ]
+
+
+@pytest.mark.parametrize("reference", [{"type": "item_reference", "id": "msg_0"}, {"id": "msg_0"}])
+def test_an_unresolved_item_reference_is_a_400_naming_it(reference: dict[str, Any]) -> None:
+    # the gateway puts referenced items in (streamer/core/item_references.py) before lowering
+    with pytest.raises(RequestError) as raised:
+        messages([user("a"), reference])
+    assert (raised.value.status, raised.value.param) == (400, "input[1].id")
 
 
 # -- tools and tool_choice ----------------------------------------------------------------
@@ -1203,9 +1208,7 @@ _valid_item = st.one_of(
         st.lists(st.builds(lambda t: {"type": "summary_text", "text": t}, st.text(max_size=4))),
         st.lists(st.builds(lambda t: {"type": "reasoning_text", "text": t}, st.text(max_size=4))),
     ),
-    st.sampled_from(
-        [{"type": "item_reference", "id": "x"}, {"type": "compaction", "encrypted_content": "C"}]
-    ),
+    st.sampled_from([{"type": "compaction", "encrypted_content": "C"}]),
 )
 
 

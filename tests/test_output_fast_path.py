@@ -12,7 +12,7 @@ from __future__ import annotations
 import itertools
 from typing import Any
 
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from streamer.core.deltas import (
@@ -89,6 +89,11 @@ def run(turn: list[Delta], cuts: list[int], limit: int, fast: bool) -> tuple[lis
 
 
 @settings(max_examples=300, deadline=None)
+@example(  # a live call's fragment with `arguments` None: found by this test
+    [ToolCallDelta(0, name="search", arguments=None), ToolCallDelta(0, arguments="0"),  # type: ignore[arg-type]
+     ToolCallDelta(0, arguments=None)],  # type: ignore[arg-type]
+    [], 20, False,
+)  # fmt: skip
 @given(
     turns,
     st.lists(st.integers(0, 40), max_size=6),

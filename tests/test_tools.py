@@ -369,7 +369,6 @@ HOSTED = [
     {"type": "code_interpreter", "container": {"type": "auto"}},
     {"type": "computer_use_preview", "display_width": 1, "display_height": 1},
     {"type": "image_generation"},
-    {"type": "local_shell"},
     {"type": "shell"},
     {"type": "apply_patch"},
     {"type": "tool_search"},
@@ -384,6 +383,20 @@ def test_hosted_tools_are_not_flattened_and_not_errors() -> None:
     names = convert(tools)
     assert [t.name for t in names.tools] == ["exec_command"]
     assert tools == before  # the echo is the client's own list, untouched
+
+
+def test_local_shell_is_a_function_whose_arguments_are_the_action() -> None:
+    names = convert([{"type": "local_shell"}, fn("exec_command")])
+    shell = names.tools[0]
+    assert (shell.name, shell.identity) == (
+        "local_shell",
+        ToolIdentity(None, "local_shell", "local_shell"),
+    )
+    assert shell.parameters is not None and shell.parameters["required"] == ["command"]
+    assert names.decode("local_shell").kind == "local_shell"
+    assert names.encode(None, "local_shell", "local_shell") == "local_shell"
+    assert names.resolve_choice({"type": "local_shell"}).allowed == ("local_shell",)
+    assert error(convert, [{"type": "local_shell"}, {"type": "local_shell"}]).param == "tools[1]"
 
 
 # -- rule 5: custom tools and tool search ---------------------------------------------------

@@ -16,8 +16,13 @@ ROLES = ("user", "assistant", "system", "developer")
 TEXT_PARTS = ("input_text", "output_text", "text")
 MESSAGE_PARTS = (*TEXT_PARTS, "refusal", "input_image", "input_file")
 OUTPUT_PARTS = (*TEXT_PARTS, "input_image", "input_file")
-CALL_TYPES = ("function_call", "custom_tool_call", "tool_search_call")
-OUTPUT_TYPES = ("function_call_output", "custom_tool_call_output", "tool_search_output")
+CALL_TYPES = ("function_call", "custom_tool_call", "tool_search_call", "local_shell_call")
+OUTPUT_TYPES = (
+    "function_call_output",
+    "custom_tool_call_output",
+    "tool_search_output",
+    "local_shell_call_output",
+)
 
 
 def normalize_input(value: Any) -> list[dict[str, Any]]:
@@ -185,7 +190,40 @@ def _tool_search_output(item: dict[str, Any], path: str) -> None:
         raise invalid(f"Invalid type for '{path}.tools': expected an array.", f"{path}.tools")
 
 
+def _local_shell_call(item: dict[str, Any], path: str) -> None:
+    _require_str(item, "call_id", path, nonempty=True)
+    action = item.get("action")
+    if not isinstance(action, dict):
+        raise invalid(f"Missing required parameter: '{path}.action' (an object).", f"{path}.action")
+    command = action.get("command")
+    if not isinstance(command, list) or not all(isinstance(c, str) for c in command):
+        raise invalid(
+            f"Invalid type for '{path}.action.command': expected an array of strings.",
+            f"{path}.action.command",
+        )
+
+
+def _local_shell_output(item: dict[str, Any], path: str) -> None:
+    """`id` is the call's id in OpenAI's shape; some clients send `call_id` instead."""
+    key = "call_id" if item.get("call_id") is not None else "id"
+    _require_str(item, key, path, nonempty=True)
+    output = item.get("output")
+    if output is None:
+        raise invalid(f"Missing required parameter: '{path}.output'.", f"{path}.output")
+    _text_or_parts(output, f"{path}.output", OUTPUT_PARTS)
+
+
+def output_call_id(item: dict[str, Any]) -> Any:
+    """The call a tool output answers (a `local_shell_call_output` may name it by `id`)."""
+    call_id = item.get("call_id")
+    if call_id is None and item.get("type") == "local_shell_call_output":
+        return item.get("id")
+    return call_id
+
+
 _CHECKS = {
+    "local_shell_call": _local_shell_call,
+    "local_shell_call_output": _local_shell_output,
     "message": _message,
     "function_call": _function_call,
     "custom_tool_call": _custom_tool_call,

@@ -9,9 +9,10 @@ Choices that every Chat backend accepts:
   after the tool messages (a `tool` message carries text only); the tool message keeps the
   text and a note where each one was; files only when the backend takes them (`file_parts`);
 - what Chat cannot carry (file_id images, images in assistant turns, files for a backend
-  without file input, encrypted reasoning, item references, unknown items) becomes a short
-  bracketed note or is left out of the chat view; it is never an error. Sealed items
-  (compaction, reasoning with `encrypted_content`) are opened before lowering
+  without file input, encrypted reasoning, unknown items) becomes a short bracketed note or
+  is left out of the chat view; it is never an error. Item references are put in by the
+  gateway (streamer/core/item_references.py): one that reaches lowering is unknown, a 400.
+  Sealed items (compaction, reasoning with `encrypted_content`) are opened before lowering
   (streamer/compaction.py `restore`).
 """
 
@@ -30,8 +31,10 @@ from streamer.core.input_items import (
     OUTPUT_TYPES,
     TEXT_PARTS,
     normalize_input,
+    output_call_id,
     public_output_to_input,
 )
+from streamer.core.item_references import not_found
 from streamer.core.request_fields import forwarded
 from streamer.core.tools import FlatTool, ResponsesToolNames
 
@@ -158,13 +161,15 @@ class _Messages:
         kind = item.get("type", "item_reference")
         if kind not in OUTPUT_TYPES:
             self.flush_media()  # after the run of tool messages, before anything else
+        if kind == "item_reference":  # the gateway puts the items in; this one is unknown
+            raise not_found(str(item.get("id")), index)
         if kind == "message":
             self.message(item)
         elif kind in CALL_TYPES:
             self.open()
             self.calls.append(self.tool_call(index, item))
         elif kind in OUTPUT_TYPES:
-            call_id = item.get("call_id")
+            call_id = output_call_id(item)
             if not call_id and kind == "tool_search_output" and self.search_ids:
                 call_id = self.search_ids.popleft()
             if not call_id:
@@ -217,6 +222,10 @@ class _Messages:
         elif kind == "custom_tool_call":
             flat = self.names.encode(item.get("namespace") or None, item["name"], "custom")
             arguments = _json({"input": item.get("input") or ""}, f"input[{index}].input")
+        elif kind == "local_shell_call":  # its action is the function's arguments
+            flat = self.names.encode(None, "local_shell", "local_shell")
+            action = {k: v for k, v in item["action"].items() if k != "type" and v is not None}
+            arguments = _json(action, f"input[{index}].action")
         else:  # tool_search_call
             flat = self.search_name()
             path = f"input[{index}].arguments"

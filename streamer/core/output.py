@@ -54,9 +54,11 @@ from streamer.core.output_items import (
     custom_input,
     empty_part,
     json_object,
+    local_shell_action,
     new_call_item,
     new_item,
     part_done,
+    wants_summary,
 )
 from streamer.core.response import new_id, usage_object
 from streamer.core.tools import ResponsesToolNames
@@ -78,7 +80,15 @@ _PART_HOMES = {
     "output_text": ("message", "response.output_text.delta"),
     "refusal": ("message", "response.refusal.delta"),
     "reasoning_text": ("reasoning", "response.reasoning_text.delta"),
+    "summary_text": ("reasoning", "response.reasoning_summary_text.delta"),
 }
+# With `reasoning.summary` asked for, reasoning streams as a summary part (what the Vercel
+# AI SDK and LiteLLM read); its `reasoning_text` content follows whole when the part closes.
+_SUMMARY_KINDS = {**_PART_KINDS, ReasoningDelta: "summary_text"}
+
+
+_PART_ADDED = {False: "response.content_part.added", True: "response.reasoning_summary_part.added"}
+_PART_DONE = {False: "response.content_part.done", True: "response.reasoning_summary_part.done"}
 
 
 class OutputItemStreamer:
@@ -123,6 +133,7 @@ class OutputItemStreamer:
         self._items_left = limits.max_items
         # The limit the backend's answer went past ("max_output_bytes"/"max_output_items").
         self.exceeded: str | None = None
+        self._kinds = _SUMMARY_KINDS if wants_summary(response) else _PART_KINDS
         self._handlers: dict[type, Callable[[Any], None]] = {
             TextDelta: self._on_content,
             LoggedText: self._on_content,
@@ -264,7 +275,7 @@ class OutputItemStreamer:
         text = self._fit(delta.text)
         if not text:
             return
-        kind = _PART_KINDS[delta.__class__]
+        kind = self._kinds[delta.__class__]
         logprobs = delta.logprobs if delta.__class__ is LoggedText else None
         hot = self._hot
         if hot is not None and hot.kind == kind:
@@ -430,14 +441,15 @@ class OutputItemStreamer:
     def _open_part(self, item: Item, kind: str, delta_type: str) -> Part:
         if item.part is not None:
             self._close_part(item)
-        index = len(item.item["content"])
+        summary = kind == "summary_text"
+        index = len(item.item["summary" if summary else "content"])
         part = item.part = Part(kind, index, delta_type, item.id, item.output_index)
         self._event(
             {
-                "type": "response.content_part.added",
+                "type": _PART_ADDED[summary],
                 "item_id": item.id,
                 "output_index": item.output_index,
-                "content_index": index,
+                ("summary_index" if summary else "content_index"): index,
                 "part": empty_part(kind),
             }
         )
@@ -447,12 +459,22 @@ class OutputItemStreamer:
         part = item.part
         assert part is not None
         text = part.text.getvalue()
-        where = {"item_id": item.id, "output_index": item.output_index, "content_index": part.index}
+        summary = part.kind == "summary_text"
+        where = {
+            "item_id": item.id,
+            "output_index": item.output_index,
+            ("summary_index" if summary else "content_index"): part.index,
+        }
         done, full = part_done(part.kind, text, part.logprobs)
         self._event({**done, **where})
-        self._event({"type": "response.content_part.done", **where, "part": full})
-        item.item["content"].append(full)
+        self._event({"type": _PART_DONE[summary], **where, "part": full})
+        item.item["summary" if summary else "content"].append(full)
         item.part = self._hot = None
+        if summary:  # the same reasoning as `reasoning_text` content, whole (Codex reads it)
+            raw = self._open_part(item, "reasoning_text", "response.reasoning_text.delta")
+            raw.text.write(text)
+            self._delta(raw.delta, text)
+            self._close_part(item)
 
     def _close_open(self, status: str) -> None:
         item = self._open
@@ -509,6 +531,8 @@ class OutputItemStreamer:
                 self._delta(DeltaTemplate("response.custom_tool_call_input.delta", where), text)
             self._event({"type": "response.custom_tool_call_input.done", **where, "input": text})
             item["input"] = text
+        elif item["type"] == "local_shell_call":
+            item["action"] = local_shell_action(arguments)
         else:
             item["arguments"] = json_object(arguments)
         call.emitted = True

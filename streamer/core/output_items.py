@@ -79,12 +79,12 @@ class Part:
     def __init__(
         self, kind: str, index: int, delta_type: str, item_id: str, output_index: int
     ) -> None:
-        self.kind = kind  # output_text | refusal | reasoning_text
+        self.kind = kind  # output_text | refusal | reasoning_text | summary_text
         self.index = index
         self.where: dict[str, Any] = {
             "item_id": item_id,
             "output_index": output_index,
-            "content_index": index,
+            ("summary_index" if kind == "summary_text" else "content_index"): index,
         }
         self.logprobs: list[dict[str, Any]] = []  # the tokens' logprobs, when asked for
         where = {**self.where, "logprobs": []} if kind == "output_text" else self.where
@@ -159,7 +159,7 @@ def empty_part(kind: str) -> dict[str, Any]:
         return {"type": "output_text", "text": "", "annotations": [], "logprobs": []}
     if kind == "refusal":
         return {"type": "refusal", "refusal": ""}
-    return {"type": "reasoning_text", "text": ""}
+    return {"type": kind, "text": ""}  # reasoning_text, summary_text
 
 
 def custom_input(arguments: str) -> str:
@@ -197,6 +197,34 @@ def _cut_input(arguments: str) -> str:
             if isinstance(value, str):
                 return value
     return arguments
+
+
+def local_shell_action(arguments: str) -> dict[str, Any]:
+    """A `local_shell_call`'s action (OpenAI's `LocalShellCallAction`) from the arguments the
+    backend gave its function: `command` as a list of strings (a model that sent one string
+    gets it run by `bash -lc`), `env` always an object, the optional fields when well typed."""
+    args = json_object(arguments)
+    command = args.get("command")
+    if isinstance(command, str):
+        command = ["bash", "-lc", command]
+    elif isinstance(command, list):
+        command = [
+            part if isinstance(part, str) else orjson.dumps(part).decode() for part in command
+        ]
+    else:
+        command = []
+    env = args.get("env")
+    env = (
+        {str(k): v if isinstance(v, str) else str(v) for k, v in env.items()}
+        if isinstance(env, dict)
+        else {}
+    )
+    action: dict[str, Any] = {"type": "exec", "command": command, "env": env}
+    for key, kind in (("working_directory", str), ("timeout_ms", int), ("user", str)):
+        value = args.get(key)
+        if isinstance(value, kind) and not isinstance(value, bool):
+            action[key] = value
+    return action
 
 
 def json_object(arguments: str) -> Any:
@@ -238,6 +266,9 @@ def new_call_item(
     elif identity.kind == "tool_search":
         item = {"id": make_id("tsc"), "type": "tool_search_call", "status": "in_progress"}
         item.update(call_id=call_id, execution="client", arguments={})
+    elif identity.kind == "local_shell":
+        item = {"id": make_id("lsh"), "type": "local_shell_call", "status": "in_progress"}
+        item.update(call_id=call_id, action={"type": "exec", "command": [], "env": {}})
     else:
         item = {"id": make_id("fc"), "type": "function_call", "status": "in_progress"}
         item.update(arguments="", call_id=call_id, **public_name(identity))
@@ -273,7 +304,22 @@ def part_done(
             "type": "refusal",
             "refusal": text,
         }
+    if kind == "summary_text":
+        return {"type": "response.reasoning_summary_text.done", "text": text}, {
+            "type": "summary_text",
+            "text": text,
+        }
     return {"type": "response.reasoning_text.done", "text": text}, {
         "type": "reasoning_text",
         "text": text,
     }
+
+
+SUMMARIES = ("auto", "concise", "detailed")
+"""`reasoning.summary` values that ask for the reasoning as `summary_text` parts."""
+
+
+def wants_summary(response: dict[str, Any]) -> bool:
+    """Whether the request (as the Response echoes it) asked for reasoning summaries."""
+    reasoning = response.get("reasoning")
+    return isinstance(reasoning, dict) and reasoning.get("summary") in SUMMARIES

@@ -95,9 +95,9 @@ def _resolve_entry(entry: Mapping[str, Any], base: str, idx: ChoiceIndex) -> tup
     kind = entry["type"]
     if kind in ("function", "custom"):
         return (_resolve_name(entry, kind, base, idx),)
-    if kind == "tool_search":
-        found = idx.top.get("tool_search", [])
-        return tuple(e.flat for e in found if e.kind == "tool_search")[:1]
+    if kind in ("tool_search", "local_shell"):  # tools named by their type
+        found = idx.top.get(kind, [])
+        return tuple(e.flat for e in found if e.kind == kind)[:1]
     if kind == "namespace":
         ns = entry.get("name")
         members = idx.by_ns.get(ns) if isinstance(ns, str) else None

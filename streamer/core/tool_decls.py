@@ -15,7 +15,27 @@ import orjson
 
 from streamer.core.errors import invalid
 
-ToolKind = Literal["function", "custom", "tool_search"]
+ToolKind = Literal["function", "custom", "tool_search", "local_shell"]
+FIXED_NAME_KINDS = ("tool_search", "local_shell")  # tools named by their type, one of each
+
+# `local_shell` (older Codex, the Agents SDK) as a function: its arguments are the action
+# of the `local_shell_call` it comes back as (OpenAI's `LocalShellCallAction`, type exec).
+LOCAL_SHELL_DESCRIPTION = (
+    "Run a command on the user's machine and get its output. `command` is the program and"
+    ' its arguments, one string each (e.g. ["bash", "-lc", "ls -la"]).'
+)
+LOCAL_SHELL_PARAMETERS: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "command": {"type": "array", "items": {"type": "string"}},
+        "working_directory": {"type": "string"},
+        "env": {"type": "object", "additionalProperties": {"type": "string"}},
+        "timeout_ms": {"type": "integer"},
+        "user": {"type": "string"},
+    },
+    "required": ["command"],
+    "additionalProperties": False,
+}
 
 _OBJECT = (dict, Mapping)  # dict first: an exact check, far cheaper than the ABC's
 _SOURCE_ITEMS = frozenset({"additional_tools", "tool_search_output"})
@@ -116,6 +136,8 @@ def _collect(lst: Sequence[Any], base: str, out: list[Decl], seen: set[_Key]) ->
         elif kind == "tool_search":
             if tool.get("execution") == "client":  # server or missing: hosted, not ours
                 _add(None, "tool_search", "tool_search", tool, None, p, local, out, seen)
+        elif kind == "local_shell":  # executed by the client: a function to the backend
+            _add(None, "local_shell", "local_shell", tool, None, p, local, out, seen)
         elif not isinstance(kind, str):
             raise invalid("A tool needs a string 'type'.", f"{p}.type")
         # Any other type is a hosted tool: echoed to the client, never sent to the backend.
@@ -188,12 +210,11 @@ def _add(
     seen: set[_Key],
 ) -> None:
     # Function and custom share a name space; only a duplicate within one list is an error.
-    key = (ns, name, kind == "tool_search")
+    fixed = kind in FIXED_NAME_KINDS
+    key = (ns, name, fixed)
     if key in local:
         where = f" in namespace {ns!r}" if ns else ""
-        raise invalid(
-            f"Duplicate tool {name!r}{where}.", p if kind == "tool_search" else f"{p}.name"
-        )
+        raise invalid(f"Duplicate tool {name!r}{where}.", p if fixed else f"{p}.name")
     local.add(key)
     description = tool.get("description")
     if description is not None and not isinstance(description, str):
@@ -207,6 +228,8 @@ def _add(
         }
         description = _custom_description(description, tool.get("format"), p)
         strict = None
+    elif kind == "local_shell":
+        params, description, strict = dict(LOCAL_SHELL_PARAMETERS), LOCAL_SHELL_DESCRIPTION, None
     else:
         raw = tool.get("parameters")
         if raw is not None and not isinstance(raw, _OBJECT):

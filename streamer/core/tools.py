@@ -17,7 +17,7 @@ from itertools import count
 from typing import Any, Literal, get_args
 
 from streamer.core.tool_choice import ChoiceIndex, Entry, resolve_choice
-from streamer.core.tool_decls import ToolKind, declarations
+from streamer.core.tool_decls import FIXED_NAME_KINDS, ToolKind, declarations
 
 __all__ = [
     "DEFAULT_CONFIG",
@@ -130,7 +130,7 @@ class ResponsesToolNames:
             name = ident.name
             if (
                 ident.namespace is None
-                and ident.kind != "tool_search"
+                and ident.kind not in FIXED_NAME_KINDS
                 and name not in self._by_flat
                 and self._is_legal(name)
             ):

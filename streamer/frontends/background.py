@@ -100,6 +100,7 @@ class Background:
             await self._put(turn)
         except BaseException:
             self.unlogged.pop(response_id, None)
+            _close_recording(turn)
             raise
         body = orjson.dumps(turn.response)  # the queued snapshot, before the task runs
         task = asyncio.create_task(self._run(turn, run), name=f"background {response_id}")
@@ -126,6 +127,7 @@ class Background:
         finally:
             watcher.cancel()
             self.unlogged.pop(response_id, None)
+            _close_recording(turn)
             with contextlib.suppress(Exception):
                 await self.store.end_events(response_id)
 
@@ -188,6 +190,8 @@ class Background:
             append = functools.partial(store.append_event, response_id, event.seq, event.data)
             await _retrying(append, window, response_id)
             pending.popleft()
+            if turn.recorder is not None:  # `--tap-dir`: the log is what the client gets
+                turn.recorder.client_events([event])
 
     async def cancel(self, response_id: str) -> dict[str, Any] | None:
         """Ask whichever instance runs it to cancel; return the response once it ended."""
@@ -219,6 +223,11 @@ class Background:
         for task in list(self.tasks.values()):
             with contextlib.suppress(BaseException):
                 await task
+
+
+def _close_recording(turn: Turn) -> None:
+    if turn.recorder is not None:
+        turn.recorder.close()
 
 
 async def _retrying(write: Callable[[], Awaitable[T]], window: float, response_id: str) -> T:

@@ -10,6 +10,7 @@ from typing import Literal
 
 from aiohttp import web
 
+from streamer.conversations import is_conversation_id
 from streamer.core.errors import RequestError, invalid
 from streamer.frontends.background import RUNNING, follow
 from streamer.frontends.http import GATEWAY, json_response
@@ -25,7 +26,15 @@ def _not_found(response_id: str) -> RequestError:
     )
 
 
-def _int_arg(request: web.Request, name: str, default: int) -> int:
+def _response_id(request: web.Request) -> str:
+    """The id in the path; a conversation's (kept in the same store) is no response."""
+    response_id = request.match_info["id"]
+    if is_conversation_id(response_id):
+        raise _not_found(response_id)
+    return response_id
+
+
+def int_arg(request: web.Request, name: str, default: int) -> int:
     raw = request.query.get(name)
     if raw is None:
         return default
@@ -35,7 +44,7 @@ def _int_arg(request: web.Request, name: str, default: int) -> int:
         raise invalid(f"Invalid '{name}': expected an integer.", name, "invalid_type") from None
 
 
-def _owner(request: web.Request) -> str:
+def owner_of(request: web.Request) -> str:
     """Who asks: only that client's responses are found."""
     return request.app[GATEWAY].client(request.get(CLIENT), request.headers)
 
@@ -43,15 +52,15 @@ def _owner(request: web.Request) -> str:
 async def get_response(request: web.Request) -> web.StreamResponse:
     """GET /v1/responses/{id}; with `stream=true`, replay after `starting_after` and follow."""
     gateway = request.app[GATEWAY]
-    response_id = request.match_info["id"]
-    response = await gateway.store.get_response(response_id, owner=_owner(request))
+    response_id = _response_id(request)
+    response = await gateway.store.get_response(response_id, owner=owner_of(request))
     if response is None:
         raise _not_found(response_id)
     if request.query.get("stream", "").lower() not in ("true", "1"):
         return json_response(response)
     if not response.get("background"):
         raise invalid("Only background responses can be streamed again.", "stream")
-    after = _int_arg(request, "starting_after", -1)
+    after = int_arg(request, "starting_after", -1)
     return await follow(request, gateway.store, response_id, after=after)
 
 
@@ -59,8 +68,8 @@ async def delete_response(request: web.Request) -> web.Response:
     """DELETE /v1/responses/{id}; a running background turn is cancelled first, so it
     cannot write its record back after the delete."""
     gateway = request.app[GATEWAY]
-    response_id = request.match_info["id"]
-    owner = _owner(request)
+    response_id = _response_id(request)
+    owner = owner_of(request)
     response = await gateway.store.get_response(response_id, owner=owner)
     if response is None:
         raise _not_found(response_id)
@@ -73,8 +82,8 @@ async def delete_response(request: web.Request) -> web.Response:
 
 async def list_input_items(request: web.Request) -> web.Response:
     gateway = request.app[GATEWAY]
-    response_id = request.match_info["id"]
-    limit = _int_arg(request, "limit", 20)
+    response_id = _response_id(request)
+    limit = int_arg(request, "limit", 20)
     if not 1 <= limit <= 100:
         raise invalid("Invalid 'limit': expected an integer between 1 and 100.", "limit")
     order: Literal["asc", "desc"]
@@ -90,7 +99,7 @@ async def list_input_items(request: web.Request) -> web.Response:
         limit=limit,
         order=order,
         after=request.query.get("after"),
-        owner=_owner(request),
+        owner=owner_of(request),
     )
     if page is None:
         raise _not_found(response_id)
@@ -99,9 +108,9 @@ async def list_input_items(request: web.Request) -> web.Response:
 
 async def cancel_response(request: web.Request) -> web.Response:
     gateway = request.app[GATEWAY]
-    response_id = request.match_info["id"]
+    response_id = _response_id(request)
     # the owner is checked here: the cancel itself runs as the gateway, on any instance
-    if await gateway.store.get_response(response_id, owner=_owner(request)) is None:
+    if await gateway.store.get_response(response_id, owner=owner_of(request)) is None:
         raise _not_found(response_id)
     response = await gateway.background.cancel(response_id)
     if response is None:

@@ -33,6 +33,8 @@ _ITEM_PREFIXES = {
     "reasoning": "rs",
     "tool_search_call": "tsc",
     "tool_search_output": "tso",
+    "local_shell_call": "lsh",
+    "local_shell_call_output": "lsho",
     "additional_tools": "at",
     "compaction": "cmp",
 }
@@ -90,6 +92,10 @@ class ResponseStore(Protocol):
     async def delete(self, response_id: str, *, owner: str | None = None) -> bool:
         """Forget the record, its events and its cancel flag; False if there was no record."""
 
+    async def get_item(self, item_id: str, *, owner: str | None = None) -> dict[str, Any] | None:
+        """An input or output item of a stored response, by its id (`item_reference`);
+        None when no live record `owner` may see holds it."""
+
     async def input_items(
         self,
         response_id: str,
@@ -125,6 +131,23 @@ class ResponseStore(Protocol):
     async def ping(self) -> bool: ...
 
     async def close(self) -> None: ...
+
+
+def record_item_ids(response: dict[str, Any], items: Sequence[dict[str, Any]]) -> list[str]:
+    """The ids a record answers `get_item` for: its input items' and its output items'."""
+    output = response.get("output")
+    every = [*items, *(output if isinstance(output, list) else ())]
+    ids = (item.get("id") for item in every if isinstance(item, dict))
+    return list(dict.fromkeys(i for i in ids if isinstance(i, str) and i))
+
+
+def find_item(record: StoredResponse, item_id: str) -> dict[str, Any] | None:
+    """The record's item with this id, its output first (the latest form of an item)."""
+    output = record.response.get("output")
+    for item in [*(output if isinstance(output, list) else ()), *record.input_items]:
+        if isinstance(item, dict) and item.get("id") == item_id:
+            return item
+    return None
 
 
 def new_item_id(item: dict[str, Any]) -> str:

@@ -19,8 +19,10 @@ import orjson
 from streamer.store.base import (
     Order,
     StoredResponse,
+    find_item,
     is_terminal,
     page_items,
+    record_item_ids,
     visible,
     with_item_ids,
 )
@@ -59,10 +61,11 @@ class _Entry:
     owner: str | None = None
     log: _Log | None = None
     size: int = 0
+    item_ids: list[str] = field(default_factory=list)  # what the item index holds for it
 
     def measure(self) -> int:
         record = len(self.response or b"") + len(self.items)
-        record += len(self.owner or "")
+        record += len(self.owner or "") + sum(len(i) + _ENTRY_OVERHEAD for i in self.item_ids)
         return _ENTRY_OVERHEAD + record + (self.log.size if self.log else 0)
 
 
@@ -90,6 +93,9 @@ class MemoryStore:
         self._clock = clock
         self._entries: OrderedDict[str, _Entry] = OrderedDict()
         self._cancels: OrderedDict[str, _Cancel] = OrderedDict()
+        # item id -> the live record that last held it (item_reference); an entry's ids
+        # leave with it, so the index is bounded by the records (and counted in their size).
+        self._items: dict[str, str] = {}
         self._bytes = 0
 
     def __len__(self) -> int:
@@ -104,10 +110,26 @@ class MemoryStore:
     async def put(self, record: StoredResponse) -> None:
         response_id = record.id
         entry = self._live(response_id) or self._insert(response_id)
+        items = with_item_ids(record.input_items)
         entry.response = orjson.dumps(record.response)
-        entry.items = orjson.dumps(with_item_ids(record.input_items))
+        entry.items = orjson.dumps(items)
         entry.owner = record.owner
+        self._unindex(response_id, entry)
+        entry.item_ids = record_item_ids(record.response, items)
+        for item_id in entry.item_ids:
+            self._items[item_id] = response_id
         self._written(response_id, entry)
+
+    async def get_item(self, item_id: str, *, owner: str | None = None) -> dict[str, Any] | None:
+        response_id = self._items.get(item_id)
+        record = await self.get(response_id, owner=owner) if response_id is not None else None
+        return find_item(record, item_id) if record is not None else None
+
+    def _unindex(self, response_id: str, entry: _Entry) -> None:
+        for item_id in entry.item_ids:
+            if self._items.get(item_id) == response_id:
+                del self._items[item_id]
+        entry.item_ids = []
 
     async def get(self, response_id: str, *, owner: str | None = None) -> StoredResponse | None:
         entry = self._record(response_id, owner)
@@ -243,6 +265,7 @@ class MemoryStore:
 
     def _drop(self, response_id: str) -> None:
         entry = self._entries.pop(response_id)
+        self._unindex(response_id, entry)
         self._bytes -= entry.size
         if entry.log is not None:
             entry.log.finish()

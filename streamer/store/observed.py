@@ -20,6 +20,7 @@ _COUNTED = (
     "put",
     "get",
     "get_response",
+    "get_item",
     "delete",
     "input_items",
     "append_event",
@@ -27,7 +28,7 @@ _COUNTED = (
     "request_cancel",
     "ping",
 )
-_LOOKUPS = frozenset({"get", "get_response", "delete", "input_items"})
+_LOOKUPS = frozenset({"get", "get_response", "get_item", "delete", "input_items"})
 
 
 class _Labelled(Protocol):

@@ -7,6 +7,8 @@ Keys per response (hash-tagged on the id so a cluster keeps them in one slot):
   {p}events:{id}   stream: entry id `0-<seq+1>` holds `d` (the event JSON) and `t` when
                    terminal; an entry with field `e` (auto id) marks the end of the stream
   {p}cancel:{id}   flag set by request_cancel; also published on the `{p}cancel` channel
+  {p}item:{item}   the id of the response that last stored item `item` (input or output),
+                   for item_reference; written apart from the record (its own slot)
 Everything carries the TTL; appending an event refreshes it for the whole response.
 """
 
@@ -30,8 +32,10 @@ from streamer.store.base import (
     StoredResponse,
     StoreUnavailable,
     check_page_args,
+    find_item,
     is_terminal,
     list_page,
+    record_item_ids,
     visible,
     with_item_ids,
 )
@@ -112,6 +116,41 @@ class RedisStore:
         for key in (rkey, lkey, ikey):
             pipe.pexpire(key, self.ttl_ms)
         await self._call(pipe.execute())
+        item_ids = record_item_ids(record.response, items)
+        if item_ids:  # each key in its own slot: not one transaction
+            pointers = self._r.pipeline(transaction=False)
+            for item_id in item_ids:
+                pointers.set(self._item_key(item_id), response_id.encode(), px=self.ttl_ms)
+            await self._call(pointers.execute())
+
+    async def get_item(self, item_id: str, *, owner: str | None = None) -> dict[str, Any] | None:
+        response_id = _text(await self._call(self._r.get(self._item_key(item_id))))
+        if response_id is None:
+            return None
+        record = await self.get(response_id, owner=owner)
+        return find_item(record, item_id) if record is not None else None
+
+    async def _unindex(self, response_id: str) -> None:
+        """Drop the item pointers that lead to this response (not those a later one took)."""
+        record = await self.get(response_id)
+        if record is None:
+            return
+        keys = [self._item_key(i) for i in record_item_ids(record.response, record.input_items)]
+        if not keys:
+            return
+        reads = self._r.pipeline(transaction=False)  # one slot per key: no MGET
+        for key in keys:
+            reads.get(key)
+        pointers = await self._call(reads.execute())
+        mine = [k for k, v in zip(keys, pointers, strict=True) if _text(v) == response_id]
+        if mine:
+            pipe = self._r.pipeline(transaction=False)
+            for key in mine:
+                pipe.delete(key)
+            await self._call(pipe.execute())
+
+    def _item_key(self, item_id: str) -> str:
+        return f"{self.prefix}item:{{{item_id}}}"
 
     async def get(self, response_id: str, *, owner: str | None = None) -> StoredResponse | None:
         rkey, lkey, _ = self._record_keys(response_id)
@@ -143,6 +182,7 @@ class RedisStore:
             stored_owner = await self._call(self._r.hget(self._key("resp", response_id), "owner"))
             if not visible(_text(stored_owner), owner):
                 return False  # another client's: it stays, as if it did not exist
+        await self._unindex(response_id)
         skey = self._key("events", response_id)
         # End the stream first, as its own command, so blocked followers are served the
         # end marker before the key disappears.

@@ -34,6 +34,12 @@ TERMINALS = {
     "response.incomplete": "incomplete",
     "response.failed": "failed",
 }
+# A cancelled background response ends with `response.failed` whose status is `cancelled`
+# (the SDK's event union has no cancelled event; every client handles `response.failed`).
+_TERMINAL_STATUSES = {
+    **{k: (v,) for k, v in TERMINALS.items()},
+    "response.failed": ("failed", "cancelled"),
+}
 STARTS = ("response.created", "response.queued")
 
 
@@ -202,7 +208,7 @@ class GrammarChecker:
         response = event.get("response")
         response = response if isinstance(response, dict) else {}
         status = response.get("status")
-        if status != TERMINALS[kind]:
+        if status not in _TERMINAL_STATUSES[kind]:
             self._flag("terminal.status", f"{kind} with response.status {status!r}")
         if kind != "response.failed":
             for item in self.open.values():

@@ -23,8 +23,9 @@ def default_ns(namespace: Any) -> Any:
 
 def identity(item_type: str, name: Any, namespace: Any, names: Any | None) -> dict[str, Any] | None:
     """A call's client identity: its own namespace, else its name decoded through the map."""
-    if item_type == "tool_search_call":
-        return {"namespace": None, "name": "tool_search", "kind": "tool_search"}
+    if item_type in ("tool_search_call", "local_shell_call"):  # tools named by their type
+        fixed = item_type.removesuffix("_call")
+        return {"namespace": None, "name": fixed, "kind": fixed}
     kind = CALL_KINDS.get(item_type)
     if kind is None or not isinstance(name, str):
         return None

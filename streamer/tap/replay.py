@@ -96,6 +96,8 @@ async def replay(recording: Recording, options: TurnOptions | None = None) -> li
         raise ValueError("the recording has no client_request line")
     turn = prepare(dict(recording.request), options or TurnOptions())
     events: list[Event] = []
+    if recording.events and recording.events[0].get("type") == "response.queued":
+        events += turn.streamer.queued()  # a background turn's recording: its log, queued first
     async for batch in stream_events(turn, _RecordedUpstream(recording.chunks)):
         events += batch
     return events
