@@ -25,6 +25,7 @@ from streamer.core.deltas import Usage
 from streamer.core.errors import RequestError, invalid
 from streamer.core.events import Event
 from streamer.core.lowering import LoweringOptions, lower, normalize_input
+from streamer.core.media_parts import check_media
 from streamer.core.output import OutputItemStreamer
 from streamer.core.output_items import SUMMARIES, OutputLimits
 from streamer.core.request_fields import check_fields, echo_applied
@@ -273,6 +274,7 @@ def prepare(
     # null means "not given" in OpenAI's API: the Response echoes the default, never null
     request = {k: v for k, v in request.items() if v is not None}
     new_items = normalize_input(request.get("input", []))
+    check_media(new_items, file_parts=options.lowering.file_parts)
     items = [*history, *new_items] if history else new_items
     if len(items) > options.max_input_items:
         raise invalid(
