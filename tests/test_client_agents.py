@@ -1,0 +1,341 @@
+"""The OpenAI Agents SDK (`openai-agents`) against the gateway on a scripted backend.
+
+Each test runs a real `Runner` over the Responses API (HTTP, or the SDK's WebSocket session)
+against the gateway on loopback, and asserts both what the Chat backend received (the
+lowered messages and tools) and what the SDK returned (final output, items, last agent).
+Tracing is off: its exporter would call api.openai.com.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from typing import Any
+
+import aiohttp
+import openai
+import pytest
+from harness import GatewayHarness
+from openai import AsyncOpenAI
+from pydantic import BaseModel
+from scripted_backend import DONE, finish, text_chunks, tool_call_chunks, usage
+
+agents = pytest.importorskip("agents", reason="openai-agents is not installed (the test extra)")
+
+from agents import (  # noqa: E402
+    Agent,
+    ItemHelpers,
+    OpenAIConversationsSession,
+    OpenAIProvider,
+    RunConfig,
+    Runner,
+    SQLiteSession,
+    function_tool,
+    handoff,
+    responses_websocket_session,
+    set_tracing_disabled,
+    tool_namespace,
+)
+
+set_tracing_disabled(True)
+
+Script = list[Any]
+
+
+def _text(*parts: str) -> Script:
+    return [*text_chunks(list(parts)), finish("stop"), usage(7, 3), DONE]
+
+
+def _call(call_id: str, name: str, *args: str) -> Script:
+    return [
+        *tool_call_chunks(0, call_id, [name], list(args)),
+        finish("tool_calls"),
+        usage(7, 3),
+        DONE,
+    ]
+
+
+@function_tool
+def get_weather(city: str) -> str:
+    """The weather in a city."""
+    return f"sunny in {city}"
+
+
+@function_tool
+def lookup_customer(customer_id: int) -> str:
+    """A customer's record."""
+    return f"customer {customer_id}: Ada"
+
+
+@pytest.fixture
+async def sdk(gw: GatewayHarness) -> AsyncIterator[AsyncOpenAI]:
+    async with AsyncOpenAI(base_url=gw.url, api_key="test-key", max_retries=0) as client:
+        yield client
+
+
+@pytest.fixture
+def run_config(sdk: AsyncOpenAI) -> RunConfig:
+    """Every agent's model from the one provider, over the Responses API at the gateway."""
+    provider = OpenAIProvider(openai_client=sdk, use_responses=True)
+    return RunConfig(model_provider=provider, tracing_disabled=True)
+
+
+def _roles(body: dict[str, Any]) -> list[str]:
+    return [m["role"] for m in body["messages"]]
+
+
+def _tool_names(body: dict[str, Any]) -> list[str]:
+    return [t["function"]["name"] for t in body.get("tools", [])]
+
+
+def _item_types(result: Any) -> list[str]:
+    return [item.type for item in result.new_items]
+
+
+async def test_tool_loop(gw: GatewayHarness, run_config: RunConfig) -> None:
+    """A function tool over two model turns: the call runs, its output goes back, text ends."""
+    gw.backend.script(
+        _call("call_w", "get_weather", '{"city":', '"Paris"}'),
+        _text("It is ", "sunny."),
+    )
+    agent = Agent(name="weather", instructions="Be brief.", tools=[get_weather])
+    result = await Runner.run(agent, "Weather in Paris?", run_config=run_config)
+
+    assert result.final_output == "It is sunny."
+    assert _item_types(result) == ["tool_call_item", "tool_call_output_item", "message_output_item"]
+    assert result.new_items[1].output == "sunny in Paris"
+    first, second = gw.backend.requests
+    assert _roles(first) == ["system", "user"]
+    assert first["messages"][0]["content"] == "Be brief."
+    assert _tool_names(first) == ["get_weather"]
+    assert first["tools"][0]["function"]["parameters"]["required"] == ["city"]
+    assert _roles(second) == ["system", "user", "assistant", "tool"]
+    call = second["messages"][2]["tool_calls"][0]
+    assert (call["id"], call["function"]["name"]) == ("call_w", "get_weather")
+    assert second["messages"][3] == {
+        "role": "tool",
+        "tool_call_id": "call_w",
+        "content": "sunny in Paris",
+    }
+    assert sum(r.usage.input_tokens for r in result.raw_responses) == 14
+
+
+async def test_streamed_run(gw: GatewayHarness, run_config: RunConfig) -> None:
+    """`Runner.run_streamed`: raw deltas, run items in order, the same final output."""
+    gw.backend.script(
+        _call("call_w", "get_weather", '{"ci', 'ty":"Oslo"}'),
+        _text("Cold ", "and ", "clear."),
+    )
+    agent = Agent(name="weather", instructions="Be brief.", tools=[get_weather])
+    result = Runner.run_streamed(agent, "Weather in Oslo?", run_config=run_config)
+    deltas: list[str] = []
+    raw_types: list[str] = []
+    run_items: list[str] = []
+    async for event in result.stream_events():
+        if event.type == "raw_response_event":
+            raw_types.append(event.data.type)
+            if event.data.type == "response.output_text.delta":
+                deltas.append(event.data.delta)
+        elif event.type == "run_item_stream_event":
+            run_items.append(event.name)
+
+    assert deltas == ["Cold ", "and ", "clear."]
+    assert run_items == ["tool_called", "tool_output", "message_output_created"]
+    assert raw_types.count("response.completed") == 2
+    assert "response.function_call_arguments.delta" in raw_types
+    assert result.final_output == "Cold and clear."
+    assert gw.backend.requests[1]["messages"][3]["content"] == "sunny in Oslo"
+
+
+async def test_handoff(gw: GatewayHarness, run_config: RunConfig) -> None:
+    """A handoff is a tool call the SDK turns into a switch of agent, instructions and tools."""
+    billing = Agent(
+        name="billing",
+        instructions="You handle billing.",
+        handoff_description="Billing questions.",
+        tools=[lookup_customer],
+    )
+    triage = Agent(name="triage", instructions="Route the user.", handoffs=[handoff(billing)])
+    gw.backend.script(
+        _call("call_h", "transfer_to_billing", "{}"),
+        _call("call_c", "lookup_customer", '{"customer_id": 42}'),
+        _text("Ada owes nothing."),
+    )
+    result = await Runner.run(triage, "Do I owe money? I am 42.", run_config=run_config)
+
+    assert result.last_agent is billing
+    assert result.final_output == "Ada owes nothing."
+    assert _item_types(result) == [
+        "handoff_call_item",
+        "handoff_output_item",
+        "tool_call_item",
+        "tool_call_output_item",
+        "message_output_item",
+    ]
+    first, second, third = gw.backend.requests
+    assert _tool_names(first) == ["transfer_to_billing"]
+    assert first["messages"][0]["content"] == "Route the user."
+    assert _tool_names(second) == ["lookup_customer"]
+    assert second["messages"][0]["content"] == "You handle billing."
+    # the handoff's call and its output are history for the new agent
+    assert _roles(second) == ["system", "user", "assistant", "tool"]
+    assert second["messages"][2]["tool_calls"][0]["function"]["name"] == "transfer_to_billing"
+    assert "billing" in second["messages"][3]["content"]
+    assert third["messages"][-1] == {
+        "role": "tool",
+        "tool_call_id": "call_c",
+        "content": "customer 42: Ada",
+    }
+
+
+class Forecast(BaseModel):
+    city: str
+    high_c: int
+    rain: bool
+
+
+async def test_structured_output(gw: GatewayHarness, run_config: RunConfig) -> None:
+    """`output_type`: a strict JSON schema reaches the backend; the answer parses into it."""
+    gw.backend.script(_text('{"city":"Rome",', '"high_c":31,"rain":false}'))
+    agent = Agent(name="forecaster", instructions="Forecast.", output_type=Forecast)
+    result = await Runner.run(agent, "Rome tomorrow?", run_config=run_config)
+
+    assert result.final_output == Forecast(city="Rome", high_c=31, rain=False)
+    fmt = gw.backend.requests[0]["response_format"]
+    assert fmt["type"] == "json_schema"
+    assert fmt["json_schema"]["name"] == "final_output"
+    assert fmt["json_schema"]["strict"] is True
+    schema = fmt["json_schema"]["schema"]
+    assert sorted(schema["required"]) == ["city", "high_c", "rain"]
+    assert schema["additionalProperties"] is False
+
+
+async def test_previous_response_id(gw: GatewayHarness, run_config: RunConfig) -> None:
+    """A second run continues from the first by id: the backend sees the whole history."""
+    gw.backend.script(_text("Hi Ada."), _call("call_w", "get_weather", '{"city":"Rome"}'))
+    gw.backend.script(_text("Rome is sunny, Ada."))
+    agent = Agent(name="a", instructions="Be kind.", tools=[get_weather])
+    first = await Runner.run(agent, "I am Ada.", run_config=run_config)
+    assert first.final_output == "Hi Ada."
+    assert first.last_response_id is not None and first.last_response_id.startswith("resp_")
+
+    second = await Runner.run(
+        agent,
+        "Weather in Rome?",
+        previous_response_id=first.last_response_id,
+        auto_previous_response_id=True,
+        run_config=run_config,
+    )
+    assert second.final_output == "Rome is sunny, Ada."
+    _, call_turn, output_turn = gw.backend.requests
+    assert _roles(call_turn) == ["system", "user", "assistant", "user"]
+    assert [m["content"] for m in call_turn["messages"][1:]] == [
+        "I am Ada.",
+        "Hi Ada.",
+        "Weather in Rome?",
+    ]
+    # within the run the SDK chains by id too: only the tool output is new input
+    assert _roles(output_turn) == ["system", "user", "assistant", "user", "assistant", "tool"]
+    assert output_turn["messages"][-1]["content"] == "sunny in Rome"
+
+
+async def test_sqlite_session(gw: GatewayHarness, run_config: RunConfig) -> None:
+    """`SQLiteSession` replays the stored items as input: the backend sees the earlier turn."""
+    session = SQLiteSession("chat-1")  # in memory
+    gw.backend.script(_text("Noted: blue."), _text("You like blue."))
+    agent = Agent(name="a", instructions="Remember.")
+    await Runner.run(agent, "My colour is blue.", session=session, run_config=run_config)
+    result = await Runner.run(agent, "What is my colour?", session=session, run_config=run_config)
+
+    assert result.final_output == "You like blue."
+    second = gw.backend.requests[1]
+    assert _roles(second) == ["system", "user", "assistant", "user"]
+    assert second["messages"][2]["content"] == "Noted: blue."
+    items = await session.get_items()
+    assert [i.get("role") for i in items] == ["user", "assistant", "user", "assistant"]
+    session.close()
+
+
+@pytest.mark.xfail(
+    reason="/v1/conversations is not on this base: served by branch s22-items17 (issue 17)",
+    raises=openai.NotFoundError,
+    strict=False,
+)
+async def test_openai_conversations_session(
+    gw: GatewayHarness, sdk: AsyncOpenAI, run_config: RunConfig
+) -> None:
+    """`OpenAIConversationsSession` keeps the history in the gateway's Conversations API."""
+    session = OpenAIConversationsSession(openai_client=sdk)
+    gw.backend.script(_text("Noted: green."), _text("You like green."))
+    agent = Agent(name="a", instructions="Remember.")
+    await Runner.run(agent, "My colour is green.", session=session, run_config=run_config)
+    result = await Runner.run(agent, "What is my colour?", session=session, run_config=run_config)
+
+    assert result.final_output == "You like green."
+    second = gw.backend.requests[1]
+    assert _roles(second) == ["system", "user", "assistant", "user"]
+    assert second["messages"][2]["content"] == "Noted: green."
+    items = await session.get_items()
+    assert [i.get("role") for i in items] == ["user", "assistant", "user", "assistant"]
+    await session.clear_session()
+
+
+async def test_tool_namespace(gw: GatewayHarness, run_config: RunConfig) -> None:
+    """`tool_namespace()` sends a namespace; the backend's flat call routes back into it."""
+    crm = tool_namespace(name="crm", description="The CRM.", tools=[lookup_customer])
+    agent = Agent(name="a", instructions="Help.", tools=[*crm, get_weather])
+    gw.backend.script(
+        _call("call_c", "crm__lookup_customer", '{"customer_id": 7}'),
+        _text("Customer 7 is Ada."),
+    )
+    result = await Runner.run(agent, "Who is customer 7?", run_config=run_config)
+
+    assert result.final_output == "Customer 7 is Ada."
+    call = result.new_items[0].raw_item
+    assert (call.name, call.namespace, call.call_id) == ("lookup_customer", "crm", "call_c")
+    assert result.new_items[1].output == "customer 7: Ada"
+    first, second = gw.backend.requests
+    assert sorted(_tool_names(first)) == ["crm__lookup_customer", "get_weather"]
+    # replayed history names the flat tool again
+    assert second["messages"][2]["tool_calls"][0]["function"]["name"] == "crm__lookup_customer"
+    assert second["messages"][3]["content"] == "customer 7: Ada"
+
+
+async def _transport_counts(gw: GatewayHarness) -> dict[str, float]:
+    """Events the gateway sent, by transport, from its own /metrics."""
+    async with aiohttp.ClientSession() as http, http.get(gw.url[: -len("/v1")] + "/metrics") as r:
+        text = await r.text()
+    counts: dict[str, float] = {}
+    for line in text.splitlines():
+        if line.startswith("streamer_events_sent_total{"):
+            transport = line.split('transport="', 1)[1].split('"', 1)[0]
+            counts[transport] = float(line.rsplit(" ", 1)[1])
+    return counts
+
+
+async def test_websocket_session(gw: GatewayHarness) -> None:
+    """`responses_websocket_session`: every turn of a tool loop over one WebSocket."""
+    gw.backend.script(
+        _call("call_w", "get_weather", '{"city":"Lima"}'),
+        _text("Lima: ", "sunny."),
+        _text("Still sunny."),
+    )
+    agent = Agent(name="weather", instructions="Be brief.", tools=[get_weather], model="m")
+    async with responses_websocket_session(api_key="test-key", base_url=gw.url) as ws:
+        first = await ws.run(agent, "Weather in Lima?")
+        streamed = ws.run_streamed(agent, "And now?", previous_response_id=first.last_response_id)
+        deltas = [
+            e.data.delta
+            async for e in streamed.stream_events()
+            if e.type == "raw_response_event" and e.data.type == "response.output_text.delta"
+        ]
+
+    assert first.final_output == "Lima: sunny."
+    assert streamed.final_output == "Still sunny."
+    assert deltas == ["Still sunny."]
+    assert ItemHelpers.text_message_outputs(first.new_items) == "Lima: sunny."
+    _, output_turn, follow_up = gw.backend.requests
+    assert output_turn["messages"][-1]["content"] == "sunny in Lima"
+    assert _roles(follow_up)[-3:] == ["tool", "assistant", "user"]
+    counts = await _transport_counts(gw)
+    assert counts.get("websocket", 0) > 0
+    assert counts.get("sse", 0) == 0 and counts.get("json", 0) == 0
