@@ -102,7 +102,93 @@ async function object() {
   return { object: result.object, finishReason: result.finishReason };
 }
 
+// Tools in a Responses namespace (provider options), beside a top-level one.
+async function namespaceTools() {
+  const crm = { openai: { namespace: { name: "crm", description: "The CRM." } } };
+  const lookup = tool({
+    description: "A customer's record.",
+    inputSchema: jsonSchema({ type: "object", properties: { id: { type: "integer" } } }),
+    providerOptions: crm,
+    execute: async ({ id }) => `customer ${id}: Ada`,
+  });
+  const result = streamText({
+    model,
+    prompt: "Who is customer 7?",
+    tools: { lookup, weather },
+    stopWhen: stepCountIs(5),
+  });
+  const calls = [];
+  for await (const part of result.fullStream) {
+    if (part.type === "tool-call") {
+      calls.push({ name: part.toolName, metadata: part.providerMetadata?.openai ?? null });
+    }
+    if (part.type === "error") throw part.error;
+  }
+  return { text: await result.text, calls, steps: steps({ steps: await result.steps }) };
+}
+
+// What the SDK makes of a backend's refusal, and of a stream cut mid-answer.
+async function failures() {
+  let refused = null;
+  try {
+    await generateText({ model, prompt: "Hi" });
+  } catch (error) {
+    refused = { name: error.name, status: error.statusCode ?? null, message: error.message };
+  }
+  const errors = [];
+  const result = streamText({ model, prompt: "Hi", onError: ({ error }) => errors.push(error) });
+  const parts = [];
+  for await (const part of result.fullStream) {
+    parts.push(part.type === "error" ? { error: String(part.error?.message ?? part.error) } : part.type);
+  }
+  return { refused, parts };
+}
+
+// A second turn chained by id (the SDK then sends only the new message).
+async function previousResponse() {
+  const first = await generateText({ model, prompt: "I am Ada." });
+  const id = first.providerMetadata.openai.responseId;
+  const second = await generateText({
+    model,
+    prompt: "What is my name?",
+    providerOptions: { openai: { previousResponseId: id } },
+  });
+  return { id, texts: [first.text, second.text] };
+}
+
+// An image and a PDF as file parts.
+async function media() {
+  const png = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mP8z8DwHwAFBQIAX8jx0gAAAABJRU5ErkJggg==";
+  const content = [
+    { type: "text", text: "Describe both." },
+    { type: "file", data: Buffer.from(png, "base64"), mediaType: "image/png" },
+    { type: "file", data: Buffer.from("%PDF-1.4"), mediaType: "application/pdf", filename: "a.pdf" },
+  ];
+  const result = await generateText({ model, messages: [{ role: "user", content }] });
+  return { text: result.text };
+}
+
+// A reasoning model asked for summaries: the SDK reads reasoning only from summary events.
+async function reasoning() {
+  const result = streamText({
+    model: provider.responses("gpt-5"),
+    prompt: "Think first.",
+    providerOptions: { openai: { reasoningSummary: "auto", reasoningEffort: "low" } },
+  });
+  const deltas = [];
+  for await (const part of result.fullStream) {
+    if (part.type === "reasoning-delta") deltas.push(part.text);
+    if (part.type === "error") throw part.error;
+  }
+  return { deltas, reasoning: (await result.reasoningText) ?? null, text: await result.text };
+}
+
 const scenarios = {
+  previous_response: previousResponse,
+  media,
+  reasoning,
+  namespace_tools: namespaceTools,
+  failures,
   generate_tools: generateWithTools,
   stream_tools: streamWithTools,
   chat_store: () => chat(true),
