@@ -17,7 +17,7 @@ import pytest
 from harness import GatewayHarness
 from openai import AsyncOpenAI
 from pydantic import BaseModel
-from scripted_backend import DONE, finish, text_chunks, tool_call_chunks, usage
+from scripted_backend import DONE, Status, finish, text_chunks, tool_call_chunks, usage
 
 agents = pytest.importorskip("agents", reason="openai-agents is not installed (the test extra)")
 
@@ -26,6 +26,7 @@ from agents import (  # noqa: E402
     ItemHelpers,
     LocalShellCommandRequest,
     LocalShellTool,
+    ModelSettings,
     OpenAIConversationsSession,
     OpenAIProvider,
     RunConfig,
@@ -38,6 +39,7 @@ from agents import (  # noqa: E402
     tool_namespace,
 )
 from agents.exceptions import ModelBehaviorError  # noqa: E402
+from agents.models.openai_responses import ResponsesWebSocketError  # noqa: E402
 
 set_tracing_disabled(True)
 
@@ -372,3 +374,42 @@ async def test_websocket_session(gw: GatewayHarness) -> None:
     counts = await _transport_counts(gw)
     assert counts.get("websocket", 0) > 0
     assert counts.get("sse", 0) == 0 and counts.get("json", 0) == 0
+
+
+async def test_websocket_store_false(gw: GatewayHarness) -> None:
+    """`store: false` over the WebSocket: turns chain by id through the connection's memory."""
+    gw.backend.script(
+        _call("call_w", "get_weather", '{"city":"Quito"}'),
+        _text("Quito: sunny."),
+        _text("Still Quito."),
+    )
+    settings = ModelSettings(store=False)
+    agent = Agent(name="w", tools=[get_weather], model="m", model_settings=settings)
+    async with responses_websocket_session(api_key="test-key", base_url=gw.url) as ws:
+        first = await ws.run(agent, "Weather in Quito?", auto_previous_response_id=True)
+        second = await ws.run(agent, "And now?", previous_response_id=first.last_response_id)
+
+    assert (first.final_output, second.final_output) == ("Quito: sunny.", "Still Quito.")
+    assert [_roles(r) for r in gw.backend.requests] == [
+        ["user"],
+        ["user", "assistant", "tool"],
+        ["user", "assistant", "tool", "assistant", "user"],
+    ]
+    assert gw.backend.requests[2]["messages"][3]["content"] == "Quito: sunny."
+    assert await gw.gateway.store.get(first.last_response_id) is None  # nothing stored
+
+
+async def test_websocket_error_then_next_turn(gw: GatewayHarness) -> None:
+    """A backend 400 over the WebSocket is the SDK's error; the same socket serves the next run."""
+    refusal = {"error": {"message": "context too long", "type": "invalid_request_error"}}
+    gw.backend.script([Status(400, refusal)], _text("Fine now."))
+    agent = Agent(name="a", model="m")
+    async with responses_websocket_session(api_key="test-key", base_url=gw.url) as ws:
+        with pytest.raises(ResponsesWebSocketError) as failed:
+            await ws.run(agent, "Too long.")
+        result = await ws.run(agent, "Short.")
+
+    assert "context too long" in str(failed.value)
+    assert '"status": 400' in str(failed.value)
+    assert result.final_output == "Fine now."
+    assert len(gw.backend.requests) == 2
