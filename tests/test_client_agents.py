@@ -17,7 +17,7 @@ import pytest
 from harness import GatewayHarness
 from openai import AsyncOpenAI
 from pydantic import BaseModel
-from scripted_backend import DONE, Status, finish, text_chunks, tool_call_chunks, usage
+from scripted_backend import DONE, HANG, Status, finish, text_chunks, tool_call_chunks, usage
 
 agents = pytest.importorskip("agents", reason="openai-agents is not installed (the test extra)")
 
@@ -413,3 +413,35 @@ async def test_websocket_error_then_next_turn(gw: GatewayHarness) -> None:
     assert '"status": 400' in str(failed.value)
     assert result.final_output == "Fine now."
     assert len(gw.backend.requests) == 2
+
+
+async def test_cancel_streamed_run(gw: GatewayHarness, run_config: RunConfig) -> None:
+    """`RunResultStreaming.cancel()` mid-answer: the gateway stops the backend request."""
+    gw.backend.script([*text_chunks(["Hel"]), HANG])
+    result = Runner.run_streamed(Agent(name="a"), "Say hello.", run_config=run_config)
+    async for event in result.stream_events():
+        if event.type == "raw_response_event" and event.data.type == "response.output_text.delta":
+            result.cancel()
+
+    await gw.backend.records[-1].wait_disconnect()
+    assert result.is_complete
+    assert result.final_output is None
+
+
+async def test_cancel_over_websocket(gw: GatewayHarness) -> None:
+    """Cancelled over the WebSocket session: the backend request stops, the next run works."""
+    gw.backend.script([*text_chunks(["Hel"]), HANG], _text("Next."))
+    agent = Agent(name="a", model="m")
+    async with responses_websocket_session(api_key="test-key", base_url=gw.url) as ws:
+        streamed = ws.run_streamed(agent, "Say hello.")
+        async for event in streamed.stream_events():
+            if (
+                event.type == "raw_response_event"
+                and event.data.type == "response.output_text.delta"
+            ):
+                streamed.cancel()
+        await gw.backend.records[-1].wait_disconnect()
+        after = await ws.run(agent, "Again.")
+
+    assert after.final_output == "Next."
+    assert _roles(gw.backend.requests[-1]) == ["user"]

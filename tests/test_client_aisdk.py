@@ -20,6 +20,7 @@ from harness import GatewayHarness
 from scripted_backend import (
     DIE,
     DONE,
+    HANG,
     Status,
     finish,
     reasoning_chunks,
@@ -332,3 +333,13 @@ async def test_reasoning_summary(gw: GatewayHarness) -> None:
     assert gw.backend.requests[0]["reasoning_effort"] == "low"
     assert "".join(result["deltas"]) == "Deep thought."
     assert result["reasoning"] == "Deep thought."
+
+
+async def test_abort_mid_answer(gw: GatewayHarness) -> None:
+    """`abortSignal` mid-stream: the SDK ends the stream aborted; the backend request stops."""
+    gw.backend.script([*text_chunks(["Hel"]), HANG])
+    result = await _run(gw, "abort")
+
+    assert result["parts"][-1] == "abort"
+    assert "text-delta" in result["parts"]
+    await gw.backend.records[-1].wait_disconnect()

@@ -183,7 +183,20 @@ async function reasoning() {
   return { deltas, reasoning: (await result.reasoningText) ?? null, text: await result.text };
 }
 
+// The app gives up mid-answer (abortSignal).
+async function abort() {
+  const controller = new AbortController();
+  const result = streamText({ model, prompt: "Say hello.", abortSignal: controller.signal });
+  const parts = [];
+  for await (const part of result.fullStream) {
+    parts.push(part.type);
+    if (part.type === "text-delta") controller.abort();
+  }
+  return { parts };
+}
+
 const scenarios = {
+  abort,
   previous_response: previousResponse,
   media,
   reasoning,
