@@ -39,6 +39,7 @@ async def observed(
     active.inc()
     quiet.started()
     first = True
+    refused = False
     try:
         async with contextlib.aclosing(stream_events(turn, upstream, on_raw=on_raw)) as events:
             async for batch in events:
@@ -51,6 +52,7 @@ async def observed(
                 yield batch
     except RequestError as exc:
         metrics.backend_errors.labels(str(exc.code or exc.status)).inc()
+        refused = True
         if recorder is not None:
             recorder.error(exc.status, exc.body())
         raise
@@ -60,6 +62,8 @@ async def observed(
         status = turn.response["status"]
         if not turn.streamer.done:  # refused before any event, or the client went away
             status = "refused" if first else "abandoned"
+            if recorder is not None and not refused:  # the recording says why it stops
+                recorder.abandoned()
         metrics.child(metrics.duration, status).observe(time.monotonic() - started)
         error = turn.response.get("error")
         if status == "failed" and error:

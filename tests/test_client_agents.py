@@ -9,15 +9,18 @@ Tracing is off: its exporter would call api.openai.com.
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import Any
 
 import aiohttp
 import openai
+import orjson
 import pytest
 from harness import GatewayHarness
 from openai import AsyncOpenAI
 from pydantic import BaseModel
-from scripted_backend import DONE, HANG, Status, finish, text_chunks, tool_call_chunks, usage
+from scripted_backend import DIE, DONE, HANG, Status, finish, text_chunks, tool_call_chunks, usage
+from test_tap_record import tap
 
 agents = pytest.importorskip("agents", reason="openai-agents is not installed (the test extra)")
 
@@ -445,3 +448,52 @@ async def test_cancel_over_websocket(gw: GatewayHarness) -> None:
 
     assert after.final_output == "Next."
     assert _roles(gw.backend.requests[-1]) == ["user"]
+
+
+async def _stream_then_cancel(result: Any) -> None:
+    async for event in result.stream_events():
+        if event.type == "raw_response_event" and event.data.type == "response.output_text.delta":
+            result.cancel()
+
+
+async def test_own_recordings_of_client_sessions_are_clean(tmp_path: Path) -> None:
+    """`--tap-dir` recordings of what these clients do pass `streamer tap`: a tool loop, a
+    backend refusal (HTTP and WebSocket), a cut stream, and runs the client cancelled."""
+    refusal = Status(400, {"error": {"message": "no such model", "type": "invalid_request_error"}})
+    async with GatewayHarness(tap_dir=str(tmp_path)) as gw:
+        gw.backend.script(
+            _call("call_w", "get_weather", '{"city":"Oslo"}'),
+            _text("Sunny."),
+            [refusal],
+            [*text_chunks(["Hal"]), DIE],
+            [*text_chunks(["Hel"]), HANG],
+            [refusal],
+            [*text_chunks(["Hel"]), HANG],
+        )
+        async with AsyncOpenAI(base_url=gw.url, api_key="k", max_retries=0) as client:
+            provider = OpenAIProvider(openai_client=client, use_responses=True)
+            config = RunConfig(model_provider=provider, tracing_disabled=True)
+            agent = Agent(name="a", tools=[get_weather])
+            await Runner.run(agent, "Weather?", run_config=config)
+            with pytest.raises(openai.BadRequestError):
+                await Runner.run(agent, "Refused.", run_config=config)
+            with pytest.raises(ModelBehaviorError):
+                cut = Runner.run_streamed(agent, "Cut.", run_config=config)
+                async for _ in cut.stream_events():
+                    pass
+            await _stream_then_cancel(Runner.run_streamed(agent, "Left.", run_config=config))
+            await gw.backend.records[-1].wait_disconnect()
+        async with responses_websocket_session(api_key="k", base_url=gw.url) as ws:
+            with pytest.raises(ResponsesWebSocketError):
+                await ws.run(Agent(name="w", model="m"), "Refused.")
+            await _stream_then_cancel(ws.run_streamed(Agent(name="w", model="m"), "Left."))
+            await gw.backend.records[-1].wait_disconnect()
+
+    paths = sorted(tmp_path.iterdir())
+    kinds = [[orjson.loads(line)["kind"] for line in p.read_text().splitlines()] for p in paths]
+    assert len(paths) == 7
+    assert sum(k[-1] == "error" for k in kinds) == 2  # the two refusals
+    assert sum(k[-1] == "abandoned" for k in kinds) == 2  # the two runs cancelled mid-answer
+    for path in paths:
+        code, out = await tap(path)
+        assert code == 0, out
