@@ -52,9 +52,9 @@ async def observed(
                 yield batch
     except RequestError as exc:
         metrics.backend_errors.labels(str(exc.code or exc.status)).inc()
-        refused = True
         if recorder is not None:
             recorder.error(exc.status, exc.body())
+        refused = True
         raise
     finally:
         active.dec()
