@@ -35,6 +35,7 @@ from agents import (  # noqa: E402
     RunConfig,
     Runner,
     SQLiteSession,
+    ToolSearchTool,
     function_tool,
     handoff,
     responses_websocket_session,
@@ -374,6 +375,33 @@ async def test_local_shell(gw: GatewayHarness, run_config: RunConfig) -> None:
     assert _roles(second) == ["system", "user", "assistant", "tool"]
     assert second["messages"][2]["tool_calls"][0]["function"]["name"] == "local_shell"
     assert second["messages"][3]["content"] == "notes.txt"
+
+
+@function_tool(defer_loading=True)
+def open_orders(customer_id: int) -> str:
+    """A customer's open orders."""
+    return f"customer {customer_id}: 2 open orders"
+
+
+async def test_deferred_tool_with_tool_search(gw: GatewayHarness, run_config: RunConfig) -> None:
+    """A `defer_loading` function beside `ToolSearchTool()`: the backend cannot search, so the
+    gateway offers the function at once, and calls it back as OpenAI does after a search
+    (`namespace` equal to its name), the only form the SDK routes to a deferred tool."""
+    agent = Agent(name="a", tools=[open_orders, ToolSearchTool()])
+    gw.backend.script(
+        _call("call_o", "open_orders", '{"customer_id": 3}'),
+        _text("Two open orders."),
+    )
+    result = await Runner.run(agent, "Orders of customer 3?", run_config=run_config)
+
+    assert result.final_output == "Two open orders."
+    call = result.new_items[0].raw_item
+    assert (call.name, call.namespace) == ("open_orders", "open_orders")
+    assert result.new_items[1].output == "customer 3: 2 open orders"
+    first, second = gw.backend.requests
+    assert _tool_names(first) == ["open_orders"]  # the hosted tool_search is not sent
+    assert second["messages"][1]["tool_calls"][0]["function"]["name"] == "open_orders"
+    assert second["messages"][2]["content"] == "customer 3: 2 open orders"
 
 
 async def _transport_counts(gw: GatewayHarness) -> dict[str, float]:
