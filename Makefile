@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed
 HOST ?= 127.0.0.1
 PORT ?= 8080
 
-.PHONY: run test test-backends llamacpp lint format install codex redis bench bench-quick soak fuzz clean
+.PHONY: run test test-backends llamacpp lint format install codex aisdk redis bench bench-quick soak fuzz clean
 
 $(STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -41,6 +41,9 @@ format: $(STAMP)
 ## Optional real clients and servers used by some tests (tests skip without them).
 codex:
 	bash scripts/install-codex.sh
+
+aisdk:
+	bash scripts/install-aisdk.sh
 
 llamacpp:
 	bash scripts/build-llamacpp.sh
