@@ -146,7 +146,12 @@ async def refused(gw: GatewayHarness, items: list[Any]) -> Any:
     return caught.value.body
 
 
-async def test_a_file_for_a_backend_without_file_input_is_a_400(gw: GatewayHarness) -> None:
+async def test_a_file_for_a_backend_without_file_input_is_a_400() -> None:
+    async with GatewayHarness(backend_profile="llamacpp") as gw:
+        await _refused_files(gw)
+
+
+async def _refused_files(gw: GatewayHarness) -> None:
     items = [{"role": "user", "content": "Read"}, call("c"), output("c", text("ok"), pdf())]
     error = await refused(gw, items)
     assert error["param"] == "input[2].output[1]" and "--file-parts" in error["message"]
@@ -154,7 +159,7 @@ async def test_a_file_for_a_backend_without_file_input_is_a_400(gw: GatewayHarne
     assert (await refused(gw, user_file))["param"] == "input[0].content[1]"
 
 
-@pytest.mark.parametrize("how", [{"file_parts": True}, {"backend_profile": "openai"}])
+@pytest.mark.parametrize("how", [{}, {"file_parts": True}, {"backend_profile": "openai"}])
 async def test_files_go_as_file_parts_where_the_backend_takes_them(how: dict[str, Any]) -> None:
     async with GatewayHarness(**how) as gw:
         items = [{"role": "user", "content": "Read"}, call("c"), output("c", pdf(), image())]

@@ -81,7 +81,7 @@ class LoweringOptions:
     """The reasoning efforts the backend takes (None: any); others map to the nearest."""
     drop: frozenset[str] = frozenset({"user"})
     """Chat parameters left out of the request (the backend rejects them)."""
-    file_parts: bool = False
+    file_parts: bool = True
     """`input_file` parts go to the backend as Chat `file` parts; else a note in the text."""
     accepts: frozenset[str] = frozenset({"logprobs"})
     """Optional Chat parameters the backend takes (`request_fields.OPTIONAL_PARAMS`)."""
