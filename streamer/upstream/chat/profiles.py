@@ -32,6 +32,9 @@ class BackendProfile:
     max_tokens_field: Literal["max_tokens", "max_completion_tokens"] = "max_tokens"
     drop: frozenset[str] = frozenset({"user"})
     """Chat parameters never sent to this backend (`stream_options`: no usage asked)."""
+    tokenizer: str | None = None
+    """How the backend counts a prompt's tokens (a row of `tokenize.TOKENIZERS`), for
+    `/v1/responses/input_tokens`; None: the count is estimated."""
 
 
 PROFILES: dict[str, BackendProfile] = {
@@ -53,14 +56,14 @@ PROFILES: dict[str, BackendProfile] = {
         # vLLM: reasoning_effort is Literal["low","medium","high"] in its ChatCompletionRequest
         # (vllm/entrypoints/openai/protocol.py); named tool_choice is honoured through guided
         # decoding (docs.vllm.ai "Tool Calling": named function calling); takes `user`.
-        BackendProfile("vllm", tool_choice_object=True, drop=frozenset()),
+        BackendProfile("vllm", tool_choice_object=True, drop=frozenset(), tokenizer="vllm"),
         # SGLang: named tool_choice via constrained decoding (docs.sglang.ai "Tool Parser":
         # tool_choice); reasoning_effort low/medium/high (sglang/srt/entrypoints/openai/protocol.py).
-        BackendProfile("sglang", tool_choice_object=True),
+        BackendProfile("sglang", tool_choice_object=True, tokenizer="sglang"),
         # llama.cpp server: tool_choice must be a string, an object logs "Wrong type supplied
         # for parameter 'tool_choice'" and falls back to auto (tools/server/utils.hpp,
         # issue 15 here); Qwen/Llama templates reject a non-leading system message.
-        BackendProfile("llamacpp"),
+        BackendProfile("llamacpp", tokenizer="llamacpp"),
         # Ollama: OpenAI compatibility takes no tool_choice object (docs.ollama.com/openai,
         # "Supported request fields": tool_choice not listed) and reasoning_effort
         # high/medium/low/none (ollama/ollama#12004 "openai: add reasoning_effort").
