@@ -35,8 +35,10 @@ _URI = "urn:openresponses"
 
 # OpenAI's forms the spec does not have, kept because clients need them (reason beside each).
 DEVIATIONS: dict[str, str] = {
-    "tools.extensions": "namespace, custom, tool_search and hosted tools are OpenAI extensions "
-    "the spec has no schema for (Codex and the Agents SDK send them); checked by the SDK only",
+    "tools.extensions": "namespace, custom and tool_search tools are OpenAI extensions the "
+    "spec has no schema for (Codex and the Agents SDK send them); checked by the SDK only",
+    "tools.hosted": "hosted tools (web_search, file_search, mcp, ...) are echoed as the client "
+    "sent them: the gateway neither runs nor forwards them; not checked",
     "items.extensions": "custom_tool_call, tool_search_call, tool_search_output and "
     "local_shell_call output items are OpenAI extensions; checked by the SDK only",
     "events.reasoning_text": "OpenAI names the reasoning text events "
@@ -59,6 +61,7 @@ DEVIATIONS: dict[str, str] = {
     "spec nests them in an `error` object, and the OpenAI SDK raises an APIError on an "
     "`error` event with an `error` object instead of yielding the event",
 }
+_OURS = frozenset({"function", "custom", "namespace", "tool_search"})  # tools the gateway serves
 _SDK_UNKNOWN_CODES = frozenset({"context_length_exceeded"})
 
 _RENAMED_EVENTS = {
@@ -189,6 +192,9 @@ def _open_enums(response: dict[str, Any]) -> dict[str, Any]:
 def _sdk_view(response: dict[str, Any]) -> dict[str, Any]:
     """The Response with the deviations the SDK's types lack taken out (see DEVIATIONS)."""
     view = {**response, **_open_enums(response)}
+    tools = response.get("tools")
+    if isinstance(tools, list):
+        view["tools"] = [t for t in tools if not isinstance(t, dict) or t.get("type") in _OURS]
     error = response.get("error")
     if isinstance(error, dict) and error.get("code") in _SDK_UNKNOWN_CODES:
         view = {**view, "error": {**error, "code": "server_error"}}

@@ -121,6 +121,8 @@ def test_extension_tools_echo_as_the_extensions_they_are() -> None:
     }
     echoed = echo_tools([namespace, custom, search, hosted])
     assert echoed[1:] == [custom, search, hosted]
+    odd = {**namespace, "description": 7}  # ignored by the gateway: echoed as none
+    assert echo_tools([odd])[0]["description"] == ""
     assert echoed[0] == {
         "type": "namespace",
         "name": "mcp__x",

@@ -2,10 +2,9 @@
 embedded scripted model (what `make run` serves).
 
 The project's own suite (openresponses/openresponses, `bin/compliance-test.ts` over
-`src/lib/compliance-tests.ts`) is TypeScript run with bun over zod schemas generated from
-the spec; neither its package nor its repository can be had here (see the README,
-"Open Responses conformance"). These tests send the same requests and apply the same
-checks: each Response must validate against the spec's `ResponseResource`, each streamed
+`src/lib/compliance-tests.ts`) is TypeScript run with bun over zod schemas that kubb
+generates from the spec; it is not published as a package. These tests are its Python
+equivalent, run with the rest of the suite: the same requests and the same checks: each Response must validate against the spec's `ResponseResource`, each streamed
 event against its event schema, then the test's own checks (output present, `completed`,
 a `function_call` where one is expected, the function call events). The WebSocket tests
 follow the spec's `x-openresponses-websocket`: sequential responses on one socket, a

@@ -31,9 +31,12 @@ def echo_tool(tool: Any) -> Any:
     if kind == "function":
         return echo_function(tool)
     if kind == "namespace" and isinstance(tool.get("tools"), list):
-        # OpenAI requires a namespace's description; one sent without is echoed empty
+        # OpenAI requires a namespace's string description; the gateway ignores one that
+        # is missing or not a string (tool_decls.py), and the echo shows it empty
         children = [echo_tool(child) for child in tool["tools"]]
-        return {"description": "", **tool, "tools": children}
+        description = tool.get("description")
+        description = description if isinstance(description, str) else ""
+        return {**tool, "description": description, "tools": children}
     return tool
 
 
