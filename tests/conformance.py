@@ -155,9 +155,11 @@ def _sdk_event_models() -> dict[str, Any]:
 
 
 def _sdk_event(event: dict[str, Any]) -> Any:
+    """The event by the SDK's model of its type (what the SDK's discriminated union picks,
+    with that model's own errors); an unknown type through the union itself."""
     model = _sdk_event_models().get(event.get("type"))
     if model is not None:
-        model.model_validate(event)  # the precise errors of the event's own model
+        return model.model_validate(event)
     return validate_event(event)
 
 
@@ -275,14 +277,32 @@ class Collector:
 
     def violations(self) -> list[str]:
         out: list[str] = []
-        checks: dict[str, Callable[[Any, str], list[str]]] = {
-            "event": check_event,
-            "response": check_response,
-            "json": check_json,
-            "ws_error": check_ws_error,
-            "http_error": check_http_error,
-        }
         for kind, payload in self.records:
             self.seen += 1
-            out.extend(checks[kind](payload, kind))
+            out.extend(_checked(kind, payload))
         return out
+
+
+_CHECKS: dict[str, Callable[[Any, str], list[str]]] = {
+    "event": check_event,
+    "response": check_response,
+    "json": check_json,
+    "ws_error": check_ws_error,
+    "http_error": check_http_error,
+}
+_MEMO: dict[tuple[str, bytes], list[str]] = {}  # the checks are pure: a payload seen is known
+_MEMO_LIMIT = 4096
+
+
+def _checked(kind: str, payload: Any) -> list[str]:
+    try:
+        key = (kind, payload if isinstance(payload, bytes) else orjson.dumps(payload))
+    except TypeError:  # not JSON the gateway could have sent: checked, not remembered
+        return _CHECKS[kind](payload, kind)
+    found = _MEMO.get(key)
+    if found is None:
+        found = _CHECKS[kind](payload, kind)
+        if len(_MEMO) >= _MEMO_LIMIT:
+            _MEMO.clear()
+        _MEMO[key] = found
+    return found
