@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed
 HOST ?= 127.0.0.1
 PORT ?= 8080
 
-.PHONY: run test test-backends llamacpp lint format install codex aisdk redis bench bench-quick soak fuzz clean
+.PHONY: run test test-backends compliance llamacpp lint format install codex aisdk redis bench bench-quick soak fuzz clean
 
 $(STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -28,6 +28,10 @@ test: $(STAMP)
 ## Only the real-backend tests (tests/backends/, a real llama.cpp; they skip without its build).
 test-backends: $(STAMP)
 	$(BIN)/pytest -q -m backends tests/backends
+
+## The Open Responses compliance tests and the spec checks alone (`make test` runs them too).
+compliance: $(STAMP)
+	$(BIN)/pytest -q tests/test_openresponses_compliance.py tests/test_conformance.py
 
 lint: $(STAMP)
 	$(BIN)/ruff check streamer tests bench

@@ -132,6 +132,8 @@ _TYPES: tuple[tuple[str, type | tuple[type, ...], str], ...] = (
     ("max_output_tokens", int, "an integer"),
     ("temperature", (int, float), "a number"),
     ("top_p", (int, float), "a number"),
+    ("presence_penalty", (int, float), "a number"),
+    ("frequency_penalty", (int, float), "a number"),
     # echoed into the Response as sent: a wrong type would make the Response itself invalid
     ("truncation", str, "a string"),
     ("service_tier", str, "a string"),
@@ -150,6 +152,8 @@ _TYPES: tuple[tuple[str, type | tuple[type, ...], str], ...] = (
     ("text.verbosity", str, "a string"),
 )
 _TRUNCATION = ("auto", "disabled")
+# Numbers OpenAI bounds, with its bounds (a value outside is a 400 naming the field).
+_RANGES = (("presence_penalty", -2.0, 2.0), ("frequency_penalty", -2.0, 2.0))
 _FORMATS = ("text", "json_object", "json_schema")
 # Parameters that need OpenAI-hosted state this gateway does not have.
 _UNSUPPORTED = (
@@ -214,6 +218,24 @@ def _check_format(fmt: dict[str, Any]) -> None:
         )
 
 
+def _check_ranges(body: dict[str, Any]) -> None:
+    """Numbers within OpenAI's bounds, with its message and code (types are checked first)."""
+    for name, low, high in _RANGES:
+        value = body.get(name)
+        if value is not None and value < low:
+            what, bound, code = "below minimum", f">= {low:g}", "decimal_below_min_value"
+        elif value is not None and value > high:
+            what, bound, code = "above maximum", f"<= {high:g}", "decimal_above_max_value"
+        else:
+            continue
+        raise invalid(
+            f"Invalid '{name}': decimal {what} value. "
+            f"Expected a value {bound}, but got {value} instead.",
+            name,
+            code,
+        )
+
+
 def validate_request(body: Any, *, model_required: bool = True) -> dict[str, Any]:
     """Top-level shape checks with OpenAI's messages and `param` names."""
     if not isinstance(body, dict):
@@ -238,6 +260,7 @@ def validate_request(body: Any, *, model_required: bool = True) -> dict[str, Any
             "reasoning.summary",
             "invalid_value",
         )
+    _check_ranges(body)
     fmt = _field(body, "text.format")
     if fmt is not None:
         _check_format(fmt)

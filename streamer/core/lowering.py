@@ -460,7 +460,7 @@ def _sampling(request: Mapping[str, Any], options: LoweringOptions) -> dict[str,
     out: dict[str, Any] = {}
     if request.get("max_output_tokens") is not None:
         out[options.max_tokens_field] = request["max_output_tokens"]
-    for key in ("temperature", "top_p"):
+    for key in ("temperature", "top_p", "presence_penalty", "frequency_penalty"):
         if request.get(key) is not None:
             out[key] = request[key]
     text = request.get("text")
