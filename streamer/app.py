@@ -39,7 +39,19 @@ SCRIPTED_RUNNER = web.AppKey("scripted_runner", web.AppRunner)
 PROFILE_PROBE: web.AppKey[ProfileProbe] = web.AppKey("profile_probe")
 REQUEST_ID = web.RequestKey("request_id", str)
 SIGHUP = web.AppKey("sighup", bool)  # the SIGHUP handler is installed (removed at cleanup)
-RELOADS: web.AppKey[set[asyncio.Future[None]]] = web.AppKey("reloads")
+
+
+class Reloads:
+    """SIGHUPs handled (`seen`) and the reloads still swapping their table in (`tasks`)."""
+
+    __slots__ = ("seen", "tasks")
+
+    def __init__(self) -> None:
+        self.seen = 0
+        self.tasks: set[asyncio.Future[None]] = set()
+
+
+RELOADS = web.AppKey("reloads", Reloads)
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
@@ -226,12 +238,16 @@ def _on_sighup(app: web.Application, router: Router) -> None:
 
     settings = app[SETTINGS]
 
+    reloads = app[RELOADS] = Reloads()
+
     def reload() -> None:
         config = reread(settings)
         if config is not None:
-            app[RELOADS].add(asyncio.ensure_future(router.reload(config)))
+            task = asyncio.ensure_future(router.reload(config))
+            reloads.tasks.add(task)
+            task.add_done_callback(reloads.tasks.discard)
+        reloads.seen += 1
 
-    app[RELOADS] = set()
     with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
         asyncio.get_running_loop().add_signal_handler(signal.SIGHUP, reload)
         app[SIGHUP] = True
@@ -270,8 +286,9 @@ async def _finish_shutdown(app: web.Application) -> None:
 async def _stop(app: web.Application) -> None:
     if app.get(SIGHUP):
         asyncio.get_running_loop().remove_signal_handler(signal.SIGHUP)
-    for task in app.get(RELOADS, ()):
-        await task
+    reloads = app.get(RELOADS)
+    if reloads is not None and reloads.tasks:
+        await asyncio.gather(*reloads.tasks)
     probe = app.get(PROFILE_PROBE)
     if probe is not None:
         await probe.close()

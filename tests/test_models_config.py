@@ -203,3 +203,11 @@ def test_config_and_upstream_are_exclusive(
     with pytest.raises(SystemExit):
         cli.main(["serve", "--config", str(path), "--upstream", "http://127.0.0.1:1/v1"])
     assert "--config and --upstream are exclusive" in capsys.readouterr().err
+
+
+def test_the_readme_example_parses() -> None:
+    readme = (Path(__file__).parent.parent / "README.md").read_text()
+    section = readme.split("## Several models", 1)[1]
+    text = section.split("```toml\n", 1)[1].split("```", 1)[0]
+    config = parse(text, "README.md", ENV, PROFILE_NAMES)
+    assert [m.name for m in config.models] == ["local", "api"]
