@@ -25,6 +25,7 @@ from streamer.config import Settings
 from streamer.core import routing
 from streamer.frontends.frontdoor import GuardedSite
 from streamer.frontends.http import GATEWAY
+from streamer.upstream.router import Limit
 
 TOOLS = [{"type": "function", "name": "search", "parameters": {"type": "object"}}]
 
@@ -447,3 +448,41 @@ def test_unhealthy_replicas_come_last_and_keyless_turns_go_to_the_fewest_in_flig
         True, True, False
     ) == ["reasoning"]
     assert replace(routing.Needs(), images=True).missing(True, False, True) == ["images"]
+
+
+async def test_a_waiter_that_gives_up_never_keeps_a_slot() -> None:
+    limit = Limit(1)
+    assert await limit.acquire(0)
+    assert not await limit.acquire(0)  # full, and no wait allowed
+    waiting = asyncio.create_task(limit.acquire(60))
+    while not limit.waiters:
+        await asyncio.sleep(0)
+    waiting.cancel()  # its client went away
+    with pytest.raises(asyncio.CancelledError):
+        await waiting
+    limit.release()
+    assert limit.used == 0 and not limit.waiters
+    assert await limit.acquire(0)
+
+
+async def test_an_active_health_check_takes_a_dead_replica_out_before_any_turn(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    gw = Routed(tmp_path)
+    gw.settings = replace(gw.settings, health_interval=0.05)
+    await gw.start(THREE_REPLICAS)
+    try:
+        replicas = gw.app[GATEWAY].upstreams.router.table.routes["local"].replicas
+        with caplog.at_level(logging.WARNING, "streamer.routing"):
+            await gw.backends[1].stop()
+            for _ in range(100_000):  # until a check found it (no turn sent meanwhile)
+                if not replicas[1].state.healthy:
+                    break
+                await asyncio.sleep(0.001)
+            assert not replicas[1].state.healthy and replicas[0].state.healthy
+            keys = [f"key-{n}" for n in range(30)]
+            assert await _turns(gw, keys) == [200] * 30
+        assert f"replica {gw.backends[1].base_url} failed its health check" in caplog.text
+        assert {i for k in keys for i in gw.served(k)} == {0, 2}
+    finally:
+        await gw.stop()

@@ -72,10 +72,12 @@ class Limit:
         try:
             await asyncio.wait_for(asyncio.shield(waiter), wait)
             return True
-        except TimeoutError:
-            if waiter.done():  # handed a slot just as the wait ended: give it on
+        except BaseException as exc:  # past the wait, or cancelled (the client went away)
+            if waiter.done():  # handed a slot as it gave up: pass it on
                 self.release()
-            return False
+            if isinstance(exc, TimeoutError):
+                return False
+            raise
         finally:
             with contextlib.suppress(ValueError):
                 self.waiters.remove(waiter)
@@ -217,10 +219,14 @@ class Router:
                 with contextlib.suppress(Exception):
                     ok = await replica.backend.ping()
                 if ok:
+                    if not replica.state.healthy:
+                        log.warning("replica %s passed its health check", replica.state.url)
                     routing.mark_ok(replica.state)
-                elif replica.state.healthy:
+                    continue
+                if replica.state.healthy:
                     log.warning("replica %s failed its health check", replica.state.url)
-                    routing.mark_failed(replica.state, _now(), self.health_interval)
+                # down until the check after next: no gap between two failed checks
+                routing.mark_failed(replica.state, _now(), 2 * self.health_interval)
 
     async def close(self) -> None:
         if self._health is not None:
