@@ -486,3 +486,34 @@ async def test_an_active_health_check_takes_a_dead_replica_out_before_any_turn(
         assert {i for k in keys for i in gw.served(k)} == {0, 2}
     finally:
         await gw.stop()
+
+
+PROFILED = """
+[[models]]
+name = "local"
+upstreams = ["{u0}"]
+fallbacks = ["api"]
+
+[[models]]
+name = "api"
+upstreams = ["{u2}"]
+profile = "openai"
+backend_model = "gpt-x"
+"""
+
+
+async def test_a_fallback_gets_the_request_lowered_with_its_own_profile(tmp_path: Path) -> None:
+    gw = Routed(tmp_path)
+    gw.backends[0].default_script = [Status(502, {"error": {"message": "bad gateway"}})]
+    await gw.start(PROFILED)
+    try:
+        answer = await gw.sdk().responses.create(
+            model="local", input="profiled", max_output_tokens=50
+        )
+        assert answer.model == "api"
+        local, api = gw.backends[0].requests[0], gw.backends[2].requests[0]
+        assert local["max_tokens"] == 50 and "max_completion_tokens" not in local
+        assert api["max_completion_tokens"] == 50 and "max_tokens" not in api
+        assert api["model"] == "gpt-x" and local["model"] == "local"
+    finally:
+        await gw.stop()

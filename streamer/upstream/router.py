@@ -167,23 +167,23 @@ class Router:
         self._health: asyncio.Task[None] | None = None
 
     def _table(
-        self, config: ModelsConfig, known: dict[tuple[str, str | None], Replica]
+        self, config: ModelsConfig, known: dict[tuple[str | None, ...], Replica]
     ) -> RouteTable:
         routes = []
         for spec in config.models:
             replicas = []
             for url in spec.upstreams:
-                replica = known.get((url, spec.api_key))
+                replica = known.get(_identity(spec, url))
                 if replica is None:
-                    replica = known[(url, spec.api_key)] = Replica(url, self.build(spec, url))
+                    replica = known[_identity(spec, url)] = Replica(url, self.build(spec, url))
                 replicas.append(replica)
             limit = Limit(spec.max_concurrency)
             routes.append(ModelRoute(spec, replicas, self.options(spec), limit))
         return RouteTable(config, routes)
 
-    def _known(self) -> dict[tuple[str, str | None], Replica]:
+    def _known(self) -> dict[tuple[str | None, ...], Replica]:
         return {
-            (r.state.url, route.spec.api_key): r
+            _identity(route.spec, r.state.url): r
             for route in self.table.order
             for r in route.replicas
         }
@@ -235,6 +235,11 @@ class Router:
                 await self._health
         for replica in self.table.replicas():
             await replica.backend.close()
+
+
+def _identity(spec: ModelSpec, url: str) -> tuple[str | None, ...]:
+    """What makes two replicas one client: kept across a reload (health, pools) when equal."""
+    return (url, spec.api_key, spec.profile)
 
 
 def _now() -> float:
