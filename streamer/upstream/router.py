@@ -290,9 +290,8 @@ class TurnRoute:
         self, first: ModelRoute, chat_request: dict[str, Any], kwargs: Any
     ) -> UpstreamStream:
         """The first model's replicas, then each fallback that has what the turn needs."""
-        needs = routing.needs(self.turn.request, chat_request)
         last: RequestError | None = None
-        for route in self._candidates(first, needs):
+        for route in self._candidates(first, chat_request):
             fallback = route is not first
             if fallback and not route.limit.try_acquire():
                 log.warning(
@@ -321,8 +320,10 @@ class TurnRoute:
     def _id(self) -> str:
         return str(self.turn.response.get("id"))
 
-    def _candidates(self, first: ModelRoute, needs: routing.Needs) -> Iterator[ModelRoute]:
+    def _candidates(self, first: ModelRoute, chat_request: dict[str, Any]) -> Iterator[ModelRoute]:
+        """The first model, then (once it failed) each fallback with what the turn needs."""
         yield first
+        needs = routing.needs(self.turn.request, chat_request)
         table = self.plan.table
         for name in first.spec.fallbacks:
             route = table.routes[table.config.named(name).label]
@@ -353,7 +354,10 @@ class TurnRoute:
         """Each replica in rank order until one answers; else the last retryable error."""
         replicas = route.replicas
         route.turns += 1
-        order = routing.rank([r.state for r in replicas], self.plan.key, _now(), route.turns)
+        if len(replicas) == 1:
+            order = [0]
+        else:
+            order = routing.rank([r.state for r in replicas], self.plan.key, _now(), route.turns)
         alone = len(replicas) == 1 and not route.spec.fallbacks
         last: RequestError | None = None
         for index in order:
