@@ -517,3 +517,37 @@ async def test_a_fallback_gets_the_request_lowered_with_its_own_profile(tmp_path
         assert api["model"] == "gpt-x" and local["model"] == "local"
     finally:
         await gw.stop()
+
+
+async def test_streamer_serve_config_reloads_on_sighup_with_a_stream_in_flight(
+    tmp_path: Path,
+) -> None:
+    """The real process: `streamer serve --config`, one stream held open across `kill -HUP`."""
+    from builders import gateway_process
+
+    backends = [ScriptedBackend() for _ in range(2)]
+    gate, enough, arrived = asyncio.Event(), asyncio.Event(), []
+    backends[0].responder = _gated(gate, arrived, enough, 1)
+    for backend in backends:
+        await backend.start()
+    path = tmp_path / "streamer.toml"
+    path.write_text(f'[[models]]\nname = "a"\nupstreams = ["{backends[0].base_url}"]\n')
+    try:
+        async with gateway_process(tmp_path / "gw.log", "--config", str(path)) as gw:
+            client = openai.AsyncOpenAI(base_url=gw.url, api_key="unused", max_retries=0)
+            held = asyncio.create_task(_stream(client, "held", model="a"))
+            await enough.wait()
+            path.write_text(f'[[models]]\nname = "b"\nupstreams = ["{backends[1].base_url}"]\n')
+            gw.process.send_signal(signal.SIGHUP)
+            async with asyncio.timeout(30):  # the process says so in its log
+                while "config reloaded" not in gw.stderr():
+                    await asyncio.sleep(0.05)
+            after = await client.responses.create(model="b", input="after")
+            assert after.model == "b" and len(backends[1].requests) == 1
+            with pytest.raises(openai.NotFoundError):
+                await client.responses.create(model="a", input="gone")
+            gate.set()
+            assert await held == "response.completed"  # begun on the old config, ended well
+    finally:
+        for backend in backends:
+            await backend.stop()
