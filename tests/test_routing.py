@@ -551,3 +551,15 @@ async def test_streamer_serve_config_reloads_on_sighup_with_a_stream_in_flight(
     finally:
         for backend in backends:
             await backend.stop()
+
+
+def test_the_chains_remembered_are_bounded_by_affinity_entries() -> None:
+    chains = routing.Chains(2)
+    assert chains.key_for("r1", {}, None) == "chain:r1"
+    assert chains.key_for("r2", {"previous_response_id": "r1"}, None) == "chain:r1"
+    assert chains.key_for("r3", {"previous_response_id": "r2"}, None) == "chain:r1"
+    assert len(chains.keys) == 2 and "r2" not in chains.keys  # its successor r3 holds the key
+    assert chains.key_for("r4", {"prompt_cache_key": "t"}, "ws1") == "cache:t"
+    assert chains.key_for("r5", {}, "ws1") == "socket:ws1"
+    assert chains.key_for("r6", {"store": False}, None) is None  # nothing continues it
+    assert len(chains.keys) == 2
