@@ -563,3 +563,21 @@ def test_the_chains_remembered_are_bounded_by_affinity_entries() -> None:
     assert chains.key_for("r5", {}, "ws1") == "socket:ws1"
     assert chains.key_for("r6", {"store": False}, None) is None  # nothing continues it
     assert len(chains.keys) == 2
+
+
+async def test_a_wrong_body_or_model_type_is_a_400_naming_it_not_a_missing_model(
+    tmp_path: Path,
+) -> None:
+    gw = await Routed(tmp_path).start(FALLBACKS)  # no default_model
+    try:
+        async with aiohttp.ClientSession() as http:
+            for body, message in (
+                ([1], "The request body must be a JSON object."),
+                ({"model": 5, "input": "x"}, "Invalid type for 'model': expected a string."),
+                ({"input": "x"}, "Missing required parameter: 'model'."),
+            ):
+                async with http.post(f"{gw.url}/responses", json=body) as resp:
+                    assert resp.status == 400
+                    assert (await resp.json())["error"]["message"] == message
+    finally:
+        await gw.stop()

@@ -55,7 +55,9 @@ class UpstreamRegistry:
     def plan(self, body: Any) -> Plan:
         """The model `body` names in the current config (404 `model_not_found` for another)."""
         table = self.router.table
-        model = body.get("model") if isinstance(body, dict) else None
+        model = (
+            body.get("model") if isinstance(body, dict) else 0
+        )  # not an object: validation says so
         return Plan(table, table.route_for(model), None)
 
     def bind(self, turn: Turn, plan: Plan, session: str | None) -> None:

@@ -111,7 +111,9 @@ class RouteTable:
     def route_for(self, model: Any) -> ModelRoute:
         """The model a request names (or the default); 404 `model_not_found` for another."""
         config = self.config
-        name = model if isinstance(model, str) and model else config.default_model
+        if model is not None and not isinstance(model, str):
+            return self.order[0]  # the request's validation names the wrong type
+        name = model or config.default_model
         if name is None:
             if config.source is None:
                 return self.order[0]
