@@ -8,10 +8,10 @@ import gc
 import hmac
 import logging
 import os
-import ssl
+import signal
 import time
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import orjson
 from aiohttp import web
@@ -22,13 +22,14 @@ from streamer.core.errors import RequestError
 from streamer.core.response import new_id
 from streamer.frontends.frontdoor import FRONT_DOOR, FrontDoor, GuardedSite, door_middleware
 from streamer.frontends.http import GATEWAY, MODEL_CATALOG
-from streamer.gateway import Gateway, backend_profile, store_unavailable
+from streamer.gateway import Gateway, store_unavailable
 from streamer.identity import CLIENT, client_identity
 from streamer.logs import choose_request_id
 from streamer.model_metadata import load_model_catalog
 
 if TYPE_CHECKING:
     from streamer.upstream.chat.profile_probe import ProfileProbe
+    from streamer.upstream.router import Router
 
 log = logging.getLogger("streamer.app")
 
@@ -37,6 +38,20 @@ SETTINGS = web.AppKey("settings", Settings)
 SCRIPTED_RUNNER = web.AppKey("scripted_runner", web.AppRunner)
 PROFILE_PROBE: web.AppKey[ProfileProbe] = web.AppKey("profile_probe")
 REQUEST_ID = web.RequestKey("request_id", str)
+SIGHUP = web.AppKey("sighup", bool)  # the SIGHUP handler is installed (removed at cleanup)
+
+
+class Reloads:
+    """SIGHUPs handled (`seen`) and the reloads still swapping their table in (`tasks`)."""
+
+    __slots__ = ("seen", "tasks")
+
+    def __init__(self) -> None:
+        self.seen = 0
+        self.tasks: set[asyncio.Future[None]] = set()
+
+
+RELOADS = web.AppKey("reloads", Reloads)
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
@@ -177,46 +192,23 @@ def auth_middleware(
 
 async def _start(app: web.Application) -> None:
     from streamer.frontends.background import Background
-    from streamer.redact import RedactingUpstream
+    from streamer.gateway import turn_options
+    from streamer.model_routes import build_router, load_config
     from streamer.store import open_store
     from streamer.store.observed import observe_store
-    from streamer.upstream.body_budget import ByteBudget
-    from streamer.upstream.chat.client import ChatUpstream
-    from streamer.upstream.http1.proxy import select_proxy
     from streamer.upstream.registry import UpstreamRegistry
 
     settings = app[SETTINGS]
     base_url = settings.upstream
-    if not base_url:
+    if not base_url and not settings.config:
         from streamer.scripted_model import start_scripted_model
 
         runner, base_url = await start_scripted_model()
         app[SCRIPTED_RUNNER] = runner
         log.warning("no --upstream: serving the embedded scripted model at %s", base_url)
-    # the embedded model is in this process: never through a proxy
-    proxy = (
-        select_proxy(base_url, settings.upstream_proxy, os.environ) if settings.upstream else None
-    )
-    chat = ChatUpstream(
-        base_url,
-        api_key=settings.upstream_api_key,
-        idle_timeout=settings.idle_timeout,
-        first_byte_timeout=settings.first_byte_timeout or None,  # 0: the idle timeout
-        **_client_contract(settings),
-        proxy=proxy,
-        keepalive=settings.upstream_keepalive,
-        client_pools=settings.upstream_client_pools,
-    )
-    chat.max_json_body = 4 * settings.max_output_bytes  # see JSON_BODY_LIMIT
-    chat.stream_usage = "stream_options" not in backend_profile(settings).drop
-    chat.json_budget = ByteBudget(settings.max_backend_json_bytes)
-    # whatever the backend says back is scrubbed of every key this gateway knows
-    secrets = (
-        settings.upstream_api_key,
-        *settings.client_keys(),
-        *(proxy.secrets if proxy else ()),
-    )
-    upstream = RedactingUpstream(chat, secrets)
+    options = turn_options(settings)
+    secrets = (settings.upstream_api_key, *settings.client_keys())
+    router = build_router(settings, load_config(settings, base_url), options, secrets)
     store = open_store(
         settings.store, ttl_seconds=settings.store_ttl, timeout=settings.store_timeout
     )
@@ -225,34 +217,40 @@ async def _start(app: web.Application) -> None:
         store_wait=settings.background_store_wait,
         cancel_wait=settings.background_cancel_wait,
     )
-    gateway = Gateway(settings, UpstreamRegistry(upstream), store, background)
+    upstreams = UpstreamRegistry(router)
+    gateway = Gateway(settings, upstreams, store, background, options=options)
     app[MODEL_CATALOG] = load_model_catalog(settings.model_metadata)
     observe_store(store, gateway.metrics.store_operations)
     app[GATEWAY] = gateway
+    router.start()
+    if settings.config:
+        _on_sighup(app, router)
     if settings.upstream and settings.profile_probe:  # which profile fits: in the log
         from streamer.upstream.chat.profile_probe import ProfileProbe
 
-        app[PROFILE_PROBE] = ProfileProbe(chat, settings.backend_profile)
+        app[PROFILE_PROBE] = ProfileProbe(upstreams.chat(), settings.backend_profile)
 
 
-def _client_contract(settings: Settings) -> dict[str, Any]:
-    """Connect timeout, connection limit and CA file for `ChatUpstream`, checked at startup."""
-    if not settings.upstream_connect_timeout > 0:
-        raise ValueError("--upstream-connect-timeout must be more than 0 seconds")
-    if settings.upstream_max_connections < 0:
-        raise ValueError("--upstream-max-connections must be 0 (no limit) or more")
-    context = None
-    if settings.upstream_ca_file:
-        try:  # the file's CAs instead of the system's, as curl --cacert and requests do
-            context = ssl.create_default_context(cafile=settings.upstream_ca_file)
-        except OSError as exc:  # ssl.SSLError too: not PEM, no certificate in it
-            reason = exc.strerror or str(exc)
-            raise ValueError(f"--upstream-ca-file {settings.upstream_ca_file}: {reason}") from None
-    return {
-        "connect_timeout": settings.upstream_connect_timeout,
-        "max_connections": settings.upstream_max_connections,
-        "ssl_context": context,
-    }
+def _on_sighup(app: web.Application, router: Router) -> None:
+    """SIGHUP reloads `--config`: new turns use it, turns in flight finish on the old one;
+    a file that cannot be served is logged and the old config kept."""
+    from streamer.model_routes import reread
+
+    settings = app[SETTINGS]
+
+    reloads = app[RELOADS] = Reloads()
+
+    def reload() -> None:
+        config = reread(settings)
+        if config is not None:
+            task = asyncio.ensure_future(router.reload(config))
+            reloads.tasks.add(task)
+            task.add_done_callback(reloads.tasks.discard)
+        reloads.seen += 1
+
+    with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
+        asyncio.get_running_loop().add_signal_handler(signal.SIGHUP, reload)
+        app[SIGHUP] = True
 
 
 class _Shutdown:
@@ -286,6 +284,11 @@ async def _finish_shutdown(app: web.Application) -> None:
 
 
 async def _stop(app: web.Application) -> None:
+    if app.get(SIGHUP):
+        asyncio.get_running_loop().remove_signal_handler(signal.SIGHUP)
+    reloads = app.get(RELOADS)
+    if reloads is not None and reloads.tasks:
+        await asyncio.gather(*reloads.tasks)
     probe = app.get(PROFILE_PROBE)
     if probe is not None:
         await probe.close()
@@ -304,6 +307,9 @@ def check_settings(settings: Settings) -> None:
     if settings.metrics_auth and not settings.client_keys():
         raise ValueError("--metrics-auth needs client keys (--api-key or --api-key-file)")
     load_model_catalog(settings.model_metadata)  # a wrong file stops the gateway here
+    from streamer.model_routes import check_config
+
+    check_config(settings)  # --config: the file, its line and what is wrong
 
 
 def create_app(settings: Settings) -> web.Application:

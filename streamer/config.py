@@ -39,6 +39,36 @@ SETTINGS: tuple[Setting, ...] = (
         "Chat Completions base URL, as given to the OpenAI SDK (http://host:8000/v1). "
         "Unset: the embedded scripted model.",
     ),
+    Setting(
+        "--config",
+        "config",
+        None,
+        "TOML file of the models to serve: names, aliases, replicas, fallbacks, limits "
+        "(see Several models). Instead of --upstream; SIGHUP reloads it.",
+    ),
+    Setting(
+        "--route-queue-seconds",
+        "route_queue_seconds",
+        30.0,
+        "Seconds a request waits for a slot of a model at its max_concurrency; then 429 "
+        "with retry-after.",
+        float,
+    ),
+    Setting(
+        "--health-interval",
+        "health_interval",
+        10.0,
+        "Seconds between health checks of each --config replica (0: off); a replica that "
+        "failed is tried last for as long.",
+        float,
+    ),
+    Setting(
+        "--affinity-entries",
+        "affinity_entries",
+        100_000,
+        "Responses whose replica affinity (their previous_response_id chain) is remembered.",
+        int,
+    ),
     Setting("--host", "host", "127.0.0.1", "Address to bind."),
     Setting("--port", "port", 8080, "Port to bind.", int),
     Setting("--upstream-api-key", "upstream_api_key", None, "Bearer key sent to the backend."),
@@ -413,6 +443,10 @@ SETTINGS: tuple[Setting, ...] = (
 @dataclass(frozen=True, slots=True)
 class Settings:
     upstream: str | None = None
+    config: str | None = None
+    route_queue_seconds: float = 30.0
+    health_interval: float = 10.0
+    affinity_entries: int = 100_000
     host: str = "127.0.0.1"
     port: int = 8080
     upstream_api_key: str | None = None

@@ -184,12 +184,14 @@ class Gateway:
         upstreams: UpstreamRegistry,
         store: ResponseStore,
         background: Background,
+        *,
+        options: TurnOptions | None = None,
     ) -> None:
         self.settings = settings
         self.upstreams = upstreams
         self.store = store
         self.background = background
-        self.options = turn_options(settings)
+        self.options = options or turn_options(settings)
         self.in_flight = InFlight()
         self.conversations = conversations.Conversations(store, settings.max_input_items)
         self.stats: dict[str, int] = {"http_turns": 0, "ws_connections": 0, "ws_turns": 0}
@@ -213,13 +215,16 @@ class Gateway:
         client: str | None = None,
         authorization: str | None = None,
         history: Sequence[dict[str, Any]] | None = None,
+        session: str | None = None,
     ) -> Turn:
         """Validate, continue from the store if asked, and lower one request.
 
         `client`: who asks (`Gateway.client`); `authorization`: the client's header, forwarded to
         the backend under `--forward-authorization`; `history`: given by a transport that
-        holds it (a WebSocket's remembered responses), else loaded from the store.
+        holds it (a WebSocket's remembered responses), else loaded from the store; `session`:
+        the WebSocket connection's id (its turns keep to one replica).
         """
+        plan = self.upstreams.plan(body)  # the model named: 404 for one the config lacks
         if history is None:
             previous = body.get("previous_response_id") if isinstance(body, dict) else None
             # absent, or a type error that validation reports with its param
@@ -229,7 +234,10 @@ class Gateway:
             conversation, body, history = await self.conversation(body, history, client)
         if isinstance(body, dict) and item_references.referenced_ids(body.get("input")):
             body = {**body, "input": await self.references(body["input"], history, client)}
-        turn = prepare(body, self.options, history=history)
+        # a configured model's own options; the single-backend flags' are the gateway's
+        options = self.options if plan.route.spec.name is None else plan.route.options
+        turn = prepare(body, options, history=history)
+        self.upstreams.bind(turn, plan, session)
         turn.conversation, turn.new_from = conversation, len(history)
         if client is not None:
             turn.client = client

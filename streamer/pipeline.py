@@ -110,6 +110,7 @@ class Turn:
     recorder: ExchangeRecorder | None = None
     conversation: str | None = None  # the conversation this turn extends at its end
     new_from: int = 0  # where the request's own items start in `items` (after any history)
+    route: object | None = None  # the model and affinity it is routed by (upstream/registry.py)
 
     @property
     def response(self) -> dict[str, Any]:

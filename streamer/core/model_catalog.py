@@ -275,3 +275,14 @@ def models_answer(
         except ValueError:
             parsed = None
     return catalog_body(parsed if isinstance(parsed, dict) else None, catalog, configured)
+
+
+def configured_body(
+    catalog: ModelCatalog, entries: Mapping[str, Mapping[str, Any]]
+) -> dict[str, Any]:
+    """`GET /v1/models` of a `--config` gateway: its models in the file's order, each with
+    the metadata the config gives (`entries`: context window, input modalities, …) under
+    what the metadata file says of it."""
+    models = {name: {**meta, **catalog.models.get(name, {})} for name, meta in entries.items()}
+    body = catalog_body(None, ModelCatalog(catalog.defaults, models), None)
+    return body or {"object": "list", "data": [], "models": []}

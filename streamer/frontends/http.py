@@ -14,11 +14,12 @@ from streamer.compaction import compacted, compaction_body
 from streamer.core import sse
 from streamer.core.errors import RequestError, invalid, shutting_down
 from streamer.core.events import Event
-from streamer.core.model_catalog import ModelCatalog, models_answer
+from streamer.core.model_catalog import ModelCatalog, configured_body, models_answer
 from streamer.frontends.background import SSE_HEADERS, follow
 from streamer.frontends.frontdoor import FRONT_DOOR
 from streamer.gateway import Gateway
 from streamer.identity import CLIENT
+from streamer.models_config import catalog_entries
 from streamer.pipeline import Turn
 
 log = logging.getLogger("streamer.frontends.http")
@@ -209,8 +210,12 @@ async def stream_sse(request: web.Request, gateway: Gateway, turn: Turn) -> web.
 async def list_models(request: web.Request) -> web.Response:
     """GET /v1/models: the backend's list, each model described for Codex (`models`)."""
     gateway = request.app[GATEWAY]
-    status, body = await gateway.models(request.headers.get("Authorization"))
     catalog = request.app.get(MODEL_CATALOG) or ModelCatalog()
+    config = gateway.upstreams.config
+    if config.source is not None:  # --config: its models, described from the file
+        listed = configured_body(catalog, catalog_entries(config))
+        return web.Response(body=orjson.dumps(listed), content_type="application/json")
+    status, body = await gateway.models(request.headers.get("Authorization"))
     described = models_answer(status, body, catalog, gateway.settings.model)
     if described is not None:
         status, body = 200, orjson.dumps(described)

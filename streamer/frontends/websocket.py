@@ -33,6 +33,7 @@ from aiohttp import WSCloseCode, WSMsgType, web
 
 from streamer.core.errors import RequestError, invalid, server_error
 from streamer.core.events import Event
+from streamer.core.response import new_id
 from streamer.frontends.http import GATEWAY
 from streamer.frontends.ws_frames import text_frames, with_stream_id
 from streamer.frontends.ws_queue import QUEUE_FULL, Admission, QueueBudget
@@ -55,13 +56,14 @@ class Session:
     """One socket: its rules (lanes, remembered responses, budget), its in-flight turns."""
 
     __slots__ = ("__weakref__", "client", "gateway", "in_flight", "request", "rules",
-                 "workers", "ws")  # fmt: skip
+                 "session", "workers", "ws")  # fmt: skip
 
     def __init__(self, gateway: Gateway, ws: web.WebSocketResponse, request: web.Request) -> None:
         self.gateway = gateway
         self.ws = ws
         self.request = request  # the upgrade request: its Authorization may be forwarded
         self.client = gateway.client(request.get(CLIENT), request.headers)
+        self.session = new_id("ws")  # its turns keep to one replica (routing affinity)
         self.workers: set[asyncio.Task[None]] = set()
         self.in_flight = asyncio.Semaphore(MAX_IN_FLIGHT)
         settings = gateway.settings
@@ -195,7 +197,11 @@ class Session:
         history = await self.history(previous) if previous is not None else ()
         authorization = self.request.headers.get("Authorization")
         return await self.gateway.prepare(
-            body, client=self.client, authorization=authorization, history=history
+            body,
+            client=self.client,
+            authorization=authorization,
+            history=history,
+            session=self.session,
         )
 
     async def history(self, previous: Any) -> History:

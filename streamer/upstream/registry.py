@@ -1,15 +1,19 @@
-"""Which upstream serves a request: one interface, today one entry.
+"""Which upstream serves a request: the router over the configured models and replicas.
 
-The gateway asks the registry, per turn, which backend client runs it (`resolve`), and
-goes through it for what is not a turn (`/v1/models`, the `/readyz` probe, shutdown).
-Frontends never hold an upstream: the next upstream kinds and replicas are added here.
+The gateway asks the registry which model a request names (`plan`, before the turn is
+prepared: the model's turn options shape it), binds the prepared turn to it (`bind`: its
+affinity key), and per turn for the upstream that runs it (`resolve`: a `TurnRoute` that
+waits for the model's slot, picks the replica and fails over). It goes through it for what
+is not a turn (`/v1/models`, the `/readyz` probe, shutdown). Frontends never hold an upstream.
 """
 
 from __future__ import annotations
 
-from typing import Protocol
+from typing import Any, Protocol
 
-from streamer.pipeline import Turn, Upstream
+from streamer.models_config import ModelsConfig, single
+from streamer.pipeline import Turn, TurnOptions, Upstream
+from streamer.upstream.router import Plan, Router, TurnRoute
 
 
 class Backend(Upstream, Protocol):
@@ -23,22 +27,71 @@ class Backend(Upstream, Protocol):
 class UpstreamRegistry:
     """The upstreams this gateway may send to, and the rule that picks one."""
 
-    __slots__ = ("default",)
+    __slots__ = ("router",)
 
-    def __init__(self, default: Backend) -> None:
-        self.default = default
+    def __init__(self, router: Router | Backend) -> None:
+        if not isinstance(router, Router):  # one backend: a config of one model on it
+            backend = router
+            router = Router(
+                single("backend", api_key=None, model=None),
+                lambda spec, url: backend,
+                lambda spec: TurnOptions(),
+                queue_seconds=0,
+                health_interval=0,
+                affinity_entries=0,
+            )
+        self.router = router
 
-    def resolve(self, turn: Turn | None = None) -> Backend:
-        """The upstream that serves `turn` (or a request with no turn: models, probe)."""
+    @property
+    def default(self) -> Any:
+        """The first model's first replica's client (one backend: the backend)."""
+        backend = self.router.table.order[0].replicas[0].backend
+        return getattr(backend, "inner", backend)
+
+    @property
+    def config(self) -> ModelsConfig:
+        return self.router.table.config
+
+    def plan(self, body: Any) -> Plan:
+        """The model `body` names in the current config (404 `model_not_found` for another)."""
+        table = self.router.table
+        model = (
+            body.get("model") if isinstance(body, dict) else 0
+        )  # not an object: validation says so
+        return Plan(table, table.route_for(model), None)
+
+    def bind(self, turn: Turn, plan: Plan, session: str | None) -> None:
+        """The prepared turn goes by `plan`; its response names the model (not an alias)."""
+        route = plan.route
+        if len(route.replicas) > 1 or route.spec.fallbacks:
+            plan.key = self.router.chains.key_for(turn.response["id"], turn.request, session)
+        if route.spec.name is not None:
+            turn.response["model"] = route.spec.name
+        turn.route = plan
+
+    def resolve(self, turn: Turn | None = None) -> Any:
+        """The upstream that serves `turn` (no turn: the first model's first replica)."""
+        if turn is None:
+            return self.router.table.order[0].replicas[0].backend
+        plan = turn.route
+        if not isinstance(plan, Plan):  # a turn prepared without the gateway (tests)
+            plan = self.plan(turn.request)
+        return TurnRoute(self.router, plan, turn)
+
+    def chat(self) -> Any:
+        """The single-backend flags' Chat client (the profile probe reads its models)."""
         return self.default
 
     async def models(self, headers: dict[str, str] | None = None) -> tuple[int, bytes]:
-        """`GET /v1/models` as the backend answers it: status and body."""
-        return await self.resolve().get_models(headers=headers)
+        """`GET /v1/models` as the first model's first replica answers it: status and body."""
+        return await self.router.table.order[0].replicas[0].backend.get_models(headers=headers)
 
     async def ping(self) -> bool:
-        """Whether every upstream answers (readiness)."""
-        return await self.default.ping()
+        """Whether every model has a replica that answers (readiness)."""
+        for route in self.router.table.order:
+            if not any([await replica.backend.ping() for replica in route.replicas]):
+                return False
+        return True
 
     async def close(self) -> None:
-        await self.default.close()
+        await self.router.close()
