@@ -20,6 +20,7 @@ from streamer.frontends.frontdoor import FRONT_DOOR
 from streamer.gateway import Gateway
 from streamer.identity import CLIENT
 from streamer.pipeline import Turn
+from streamer.worker import WORKER_INFO
 
 log = logging.getLogger("streamer.frontends.http")
 
@@ -220,6 +221,9 @@ async def list_models(request: web.Request) -> web.Response:
 async def healthz(request: web.Request) -> web.Response:
     """The process is up; with its turn and socket counters, and the front door's."""
     body: dict[str, Any] = {"status": "ok", "stats": request.app[GATEWAY].stats}
+    worker = request.app.get(WORKER_INFO)
+    if worker is not None:  # one of `--workers N`: which one answered
+        body["worker"] = worker
     front = request.app.get(FRONT_DOOR)
     if front is not None:
         body["connections"] = front.report()
