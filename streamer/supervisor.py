@@ -42,8 +42,8 @@ log = logging.getLogger("streamer.supervisor")
 
 REUSE_PORT = hasattr(socket, "SO_REUSEPORT")
 RESTART_WINDOW = 60.0
-# not `-m streamer.worker`: run as __main__, the module's app keys would be a second copy
-WORKER_MAIN = "import sys; from streamer.worker import main; sys.exit(main())"
+# not `-m`: as __main__, a module's app keys would be a second copy of themselves
+WORKER_MAIN = "import sys; from streamer.worker_entry import main; sys.exit(main())"
 STOP_MARGIN = 15.0
 """Seconds past `--shutdown-grace` the parent waits for its workers before SIGKILL."""
 
@@ -239,6 +239,8 @@ class Supervisor:
         log.info("stopping %d workers", len(self.slots))
         for slot in self.slots:
             slot.terminate()
+        if self.listener.shared:  # the workers closed theirs: now nothing accepts on it
+            self.listener.sock.close()
         patience = self.settings.shutdown_grace + STOP_MARGIN
         _, late = await asyncio.wait(tasks, timeout=patience)
         for slot in self.slots:

@@ -1,6 +1,6 @@
 """One worker of `streamer serve --workers N`: the child side of `streamer.supervisor`.
 
-The supervisor starts a Python running `main` and writes one JSON line on its stdin
+The supervisor starts `streamer.worker_entry.main` in a new Python and writes one JSON line on its stdin
 (`Seat.encode`): the settings, the worker's index, how to listen (bind the port itself
 with SO_REUSEPORT, or accept on an inherited listening socket) and the shared state key.
 The worker then serves as a single-process gateway does (`streamer.app.serve`), SIGTERM
@@ -111,14 +111,3 @@ async def _stop_watching(app: web.Application) -> None:
 
 
 _WATCH: web.AppKey[asyncio.Task[Any]] = web.AppKey("supervisor_watch")
-
-
-def main() -> int:
-    line = sys.stdin.buffer.readline()
-    if not line:
-        return 1  # the supervisor went away before it told us anything
-    seat = Seat.decode(line)
-    from streamer.app import serve
-
-    serve(seat.settings, worker=seat)
-    return 0

@@ -312,3 +312,47 @@ def test_seat_round_trip_keeps_types_and_the_key_out_of_repr() -> None:
     assert back.settings.shared_state_key == b"s" * 64 and back.index == 1
     assert "sss" not in repr(back.settings)
     assert orjson.loads(seat.encode())["settings"].get("shared_state_key") is None
+
+
+NO_REUSEPORT = (
+    "import socket, sys; del socket.SO_REUSEPORT; "  # as on a system without it
+    "from streamer.cli import main; sys.exit(main())"
+)
+
+
+@_with_redis
+async def test_without_so_reuseport_workers_share_one_listening_socket(
+    tmp_path: Path, redis_url: str
+) -> None:
+    from builders import _until_healthy
+    from redis_server import free_port
+
+    async with ScriptedBackend() as backend:
+        backend.responder = _echo
+        port = free_port()
+        env = {k: v for k, v in os.environ.items() if not k.startswith("STREAMER_")}
+        env["PYTHONPATH"] = str(REPO)
+        log = tmp_path / "gw.log"
+        with log.open("wb") as err, log.with_name("gw.log.stdout").open("wb") as out:
+            proc = await asyncio.create_subprocess_exec(
+                sys.executable, "-c", NO_REUSEPORT, "serve", "--port", str(port),
+                *_workers_args(backend, redis_url),
+                cwd=REPO, env=env, stdin=asyncio.subprocess.DEVNULL, stdout=out, stderr=err,
+            )  # fmt: skip
+        gw = GatewayProcess(proc, port, log)
+        try:
+            await _until_healthy(gw)
+            assert "2 workers serving" in gw.stdout() and "one shared socket" in gw.stdout()
+            pids = await _pids(gw)
+            assert pids[0] != pids[1]  # both accept on the one socket
+            (a, _), (b, _) = await _client_on(gw, 0), await _client_on(gw, 1)
+            first = await a.responses.create(model="m", input="one")
+            second = await b.responses.create(model="m", input="two", previous_response_id=first.id)
+            assert second.output_text == "two (3 messages) done"
+            await a.close()
+            await b.close()
+            assert await gw.terminate(BOUND) == 0, gw.log()
+        finally:
+            if proc.returncode is None:
+                proc.kill()
+                await proc.wait()
