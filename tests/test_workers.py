@@ -223,14 +223,18 @@ async def test_sigterm_drains_both_workers(tmp_path: Path, redis_url: str) -> No
                 assert last.response.output_text == f"slow {i} (1 messages) done"
             assert await gw.wait(BOUND) == 0, gw.log()
             for pid in (pid_a, pid_b):
-                assert not Path(f"/proc/{pid}").exists() or _zombie(pid), pid
+                assert _gone(pid), pid
             assert "Traceback" not in gw.log(), gw.log()
             assert not gw.accepts()
         assert backend.disconnects == 0  # no backend request was cut
 
 
-def _zombie(pid: int) -> bool:
-    return Path(f"/proc/{pid}/stat").read_text().split(") ", 1)[1].startswith("Z")
+def _gone(pid: int) -> bool:
+    """The process has exited (reaped, or a zombie waiting to be)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().split(") ", 1)[1].startswith("Z")
+    except FileNotFoundError:
+        return True
 
 
 @_with_redis
@@ -356,3 +360,19 @@ async def test_without_so_reuseport_workers_share_one_listening_socket(
             if proc.returncode is None:
                 proc.kill()
                 await proc.wait()
+
+
+@_with_redis
+async def test_workers_leave_when_their_supervisor_is_killed(
+    tmp_path: Path, redis_url: str
+) -> None:
+    async with ScriptedBackend() as backend:
+        args = _workers_args(backend, redis_url)
+        async with gateway_process(tmp_path / "gw.log", *args) as gw:
+            pids = await _pids(gw)
+            gw.process.kill()  # SIGKILL: no chance to stop its workers
+            await gw.wait(BOUND)
+            async with asyncio.timeout(BOUND):  # each sees its stdin end, drains, exits
+                while not all(_gone(pid) for pid in pids.values()):
+                    await asyncio.sleep(0.05)
+            assert not gw.accepts()
