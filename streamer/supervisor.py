@@ -9,7 +9,8 @@ parent listens and every worker accepts on that one inherited socket.
 The parent: a worker that exits while the parent is not stopping is restarted at once,
 at most `--worker-restart-limit` times in 60 s per worker (beyond, its next start waits,
 and the log says so). SIGTERM or SIGINT sends each worker one SIGTERM: each drains as a
-single gateway does, and the parent exits once they all have (0 if every one exited 0).
+single gateway does, and the parent exits once they all have (0 if every one exited 0). SIGHUP is passed on to
+every worker.
 
 What the workers share: the store (a memory store is refused: `check_workers`), the state
 key (`--state-key-file`, or one the parent makes and hands to each worker, so any worker
@@ -222,6 +223,13 @@ class Supervisor:
                 return
             slot.budget.record(loop.time())
 
+    def pass_hangup(self) -> None:
+        """SIGHUP goes to every worker (each ignores it unless it reloads on it)."""
+        running = [s.process for s in self.slots if s.process and s.process.returncode is None]
+        for proc in running:
+            proc.send_signal(signal.SIGHUP)
+        log.info("SIGHUP passed to %d workers", len(running))
+
     def mark_dead(self, pid: int) -> None:
         """Its gauges leave the sum; its counters stay in it."""
         from prometheus_client import multiprocess
@@ -232,6 +240,7 @@ class Supervisor:
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, self.stopping.set)
+        loop.add_signal_handler(signal.SIGHUP, self.pass_hangup)
         tasks = [asyncio.create_task(self.keep(slot)) for slot in self.slots]
         stopped = asyncio.create_task(self.stopping.wait())
         await asyncio.wait([stopped, *tasks], return_when=asyncio.FIRST_COMPLETED)

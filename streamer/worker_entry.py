@@ -5,6 +5,7 @@ Apart from `streamer.worker` so that the modules the app imports never import th
 
 from __future__ import annotations
 
+import signal
 import sys
 
 
@@ -12,6 +13,8 @@ def main() -> int:
     from streamer.app import serve
     from streamer.worker import Seat
 
+    # passed on by the supervisor: harmless unless the app handles it (a reload)
+    signal.signal(signal.SIGHUP, signal.SIG_IGN)
     line = sys.stdin.buffer.readline()
     if not line:
         return 1  # the supervisor went away before it told us anything

@@ -243,7 +243,9 @@ async def test_killed_worker_is_restarted_within_its_limit(tmp_path: Path, redis
     killed again within a minute with --worker-restart-limit 1, it waits, logged, while the
     other serves on; SIGTERM then stops everything at once."""
     async with ScriptedBackend() as backend:
-        args = _workers_args(backend, redis_url, "--worker-restart-limit", "1")
+        args = _workers_args(
+            backend, redis_url, "--worker-restart-limit", "1", "--log-level", "info"
+        )
         async with gateway_process(tmp_path / "gw.log", *args) as gw:
             first = await _pids(gw)
             os.kill(first[0], signal.SIGKILL)
@@ -268,6 +270,13 @@ async def test_killed_worker_is_restarted_within_its_limit(tmp_path: Path, redis
                     await asyncio.sleep(0.05)
             other, pid = await _client_on(gw, 1)  # worker 1 serves meanwhile
             assert pid == first[1]
+            await other.close()
+            gw.process.send_signal(signal.SIGHUP)  # passed on; stops nobody
+            async with asyncio.timeout(BOUND):
+                while "SIGHUP passed to 1 workers" not in gw.log():
+                    await asyncio.sleep(0.05)
+            other, pid = await _client_on(gw, 1)
+            assert pid == first[1] and gw.process.returncode is None
             await other.close()
             assert await gw.terminate(BOUND) == 0, gw.log()
 
