@@ -261,8 +261,10 @@ async def test_killed_worker_is_restarted_within_its_limit(tmp_path: Path, redis
                 "again done"
             )
             await client.close()
-            probes = [r for r in backend.records if r.path.endswith("/models")]
-            assert len(probes) <= 1  # the profile probe: worker 0's first start only
+            async with asyncio.timeout(BOUND):  # the profile probe, of worker 0's first start
+                while not (probes := [r for r in backend.records if r.path.endswith("/models")]):
+                    await asyncio.sleep(0.02)
+            assert len(probes) == 1  # not worker 1's, not the restarted worker 0's
 
             os.kill(now[0], signal.SIGKILL)
             async with asyncio.timeout(BOUND):
