@@ -30,6 +30,7 @@ from streamer.model_metadata import load_model_catalog
 if TYPE_CHECKING:
     from streamer.upstream.chat.profile_probe import ProfileProbe
     from streamer.upstream.router import Router
+    from streamer.worker import Seat
 
 log = logging.getLogger("streamer.app")
 
@@ -310,6 +311,9 @@ def check_settings(settings: Settings) -> None:
     from streamer.model_routes import check_config
 
     check_config(settings)  # --config: the file, its line and what is wrong
+    from streamer.supervisor import check_workers
+
+    check_workers(settings)
 
 
 def create_app(settings: Settings) -> web.Application:
@@ -355,7 +359,7 @@ async def _freeze_startup_objects(app: web.Application) -> None:
     gc.freeze()
 
 
-async def _run(app: web.Application, settings: Settings) -> None:
+async def _run(app: web.Application, settings: Settings, worker: Seat | None) -> None:
     """Serve `app` behind the front door until SIGINT/SIGTERM (`web.GracefulExit`)."""
     runner = web.AppRunner(
         app,
@@ -365,14 +369,16 @@ async def _run(app: web.Application, settings: Settings) -> None:
     )
     await runner.setup()
     try:
-        await GuardedSite(runner, settings.host, settings.port).start()
+        site = worker.site(runner) if worker else GuardedSite(runner, settings.host, settings.port)
+        await site.start()
         await asyncio.Event().wait()  # until a signal raises GracefulExit
     finally:
         await runner.cleanup()
 
 
-def serve(settings: Settings) -> None:
-    """Run the gateway until SIGINT/SIGTERM (uvloop when available)."""
+def serve(settings: Settings, worker: Seat | None = None) -> None:
+    """Run the gateway until SIGINT/SIGTERM (uvloop when available); `worker`: as one of
+    `--workers N` (`streamer.worker`)."""
     new_loop: Callable[[], asyncio.AbstractEventLoop] = asyncio.new_event_loop
     try:
         import uvloop
@@ -387,10 +393,12 @@ def serve(settings: Settings) -> None:
         flush=True,
     )
     app = create_app(settings)
+    if worker is not None:
+        worker.attach(app)
     app.on_startup.append(_freeze_startup_objects)
     loop = new_loop()
     asyncio.set_event_loop(loop)
-    main = loop.create_task(_run(app, settings))
+    main = loop.create_task(_run(app, settings, worker))
     try:
         loop.run_until_complete(main)
     except (web.GracefulExit, KeyboardInterrupt):

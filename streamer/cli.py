@@ -43,6 +43,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             check_settings(settings)
         except ValueError as exc:
             parser.error(str(exc))  # exits 2, with the usage line
+        if settings.workers > 1:
+            from streamer.supervisor import supervise
+
+            return supervise(settings)
         serve(settings)
         return 0
     if args.command == "tap":

@@ -436,6 +436,23 @@ SETTINGS: tuple[Setting, ...] = (
         "Seconds without a turn after which freed memory goes back to the OS (0: never).",
         float,
     ),
+    Setting(
+        "--workers",
+        "workers",
+        1,
+        "Processes serving the one port (SO_REUSEPORT where the system has it, else one "
+        "shared listening socket), supervised: one that dies is restarted, SIGTERM drains "
+        "them all. Above 1 needs --store redis://… .",
+        int,
+    ),
+    Setting(
+        "--worker-restart-limit",
+        "worker_restart_limit",
+        5,
+        "Restarts one worker may have in 60 s; beyond, its next start waits until the "
+        "oldest of them is 60 s old (logged).",
+        int,
+    ),
     Setting("--log-level", "log_level", "warning", "debug, info, warning or error."),
 )
 
@@ -506,8 +523,12 @@ class Settings:
     tap_dir: str | None = None
     shutdown_grace: float = 30.0
     trim_after: float = 2.0
+    workers: int = 1
+    worker_restart_limit: int = 5
     log_level: str = "warning"
     extra: dict[str, Any] = field(default_factory=dict)
+    # the state key a `--workers` supervisor made for its workers (no --state-key-file)
+    shared_state_key: bytes | None = field(default=None, repr=False, compare=False)
 
     def client_keys(self) -> frozenset[str]:
         """Keys from `--api-key` and `--api-key-file` (blank and `#` lines skipped), read once."""

@@ -80,14 +80,15 @@ def turn_options(settings: Settings) -> TurnOptions:
         max_output_bytes=settings.max_output_bytes,
         max_output_items=settings.max_output_items,
         max_turn_seconds=settings.max_turn_seconds,
-        sealer=state_sealer(settings.state_key_file),
+        sealer=state_sealer(settings.state_key_file, settings.shared_state_key),
     )
 
 
-def state_sealer(path: str | None) -> Sealer:
-    """The sealer of `--state-key-file`; without one a random key (the log says so, at
-    startup and when it first seals something)."""
-    sealer = load_sealer(path)
+def state_sealer(path: str | None, shared: bytes | None = None) -> Sealer:
+    """The sealer of `--state-key-file`, else of the key a `--workers` supervisor shares
+    among its workers; without either a random key (the log says so, at startup and when
+    it first seals something)."""
+    sealer = Sealer.from_secret(shared) if shared and not path else load_sealer(path)
     if sealer.ephemeral:
         log.info("no --state-key-file: %s", EPHEMERAL_KEY)
     return sealer

@@ -12,6 +12,8 @@ import orjson
 
 request_id: contextvars.ContextVar[str | None] = contextvars.ContextVar("request_id", default=None)
 
+worker: int | None = None  # this process's index under `--workers N`
+
 _CLIENT_ID = re.compile(r"[A-Za-z0-9_.:-]{1,128}")
 
 
@@ -31,6 +33,8 @@ class JsonFormatter(logging.Formatter):
         rid = request_id.get()
         if rid:
             line["request_id"] = rid
+        if worker is not None:
+            line["worker"] = worker
         extra = getattr(record, "fields", None)
         if isinstance(extra, dict):
             line.update(extra)

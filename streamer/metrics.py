@@ -1,7 +1,14 @@
-"""What operators see: Prometheus metrics, one registry per application."""
+"""What operators see: Prometheus metrics, one registry per application.
+
+Under `--workers N` the supervisor gives its workers one `PROMETHEUS_MULTIPROC_DIR`:
+each worker's values go to files there, and `/metrics`, whichever worker the kernel hands
+the scrape to, answers the sum over all of them (counters and histograms of workers that
+have died included, gauges of the live ones only).
+"""
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
@@ -27,6 +34,7 @@ _LATENCY_BUCKETS = (
 )
 
 CONTENT_TYPE = CONTENT_TYPE_LATEST
+MULTIPROC_DIR = "PROMETHEUS_MULTIPROC_DIR"  # read by prometheus_client when imported
 
 
 class Metrics:
@@ -46,9 +54,13 @@ class Metrics:
             "Responses being streamed now (SSE, JSON, WebSocket).",
             ("transport",),
             registry=registry,
+            multiprocess_mode="livesum",  # --workers: the sum over the live workers
         )
         self.active_sockets = Gauge(
-            "streamer_active_websockets", "Open WebSocket connections.", registry=registry
+            "streamer_active_websockets",
+            "Open WebSocket connections.",
+            registry=registry,
+            multiprocess_mode="livesum",
         )
         self.events = Counter(
             "streamer_events_sent",
@@ -90,4 +102,11 @@ class Metrics:
         return found
 
     def render(self) -> bytes:
+        shared = os.environ.get(MULTIPROC_DIR)
+        if shared:  # one of `--workers N`: every worker's values, summed
+            from prometheus_client.multiprocess import MultiProcessCollector
+
+            everyone = CollectorRegistry()
+            MultiProcessCollector(everyone, shared)
+            return generate_latest(everyone)
         return generate_latest(self.registry)

@@ -102,7 +102,9 @@ def parse(
         found = re.search(r" \(at line (\d+), column \d+\)$", str(exc))
         if found is None:
             raise ConfigError(f"{source}: {exc}") from None
-        raise ConfigError(f"{source}:{found[1]}: {str(exc)[: found.start()]} ({found[0][5:-1]})") from None
+        raise ConfigError(
+            f"{source}:{found[1]}: {str(exc)[: found.start()]} ({found[0][5:-1]})"
+        ) from None
     checker = _Checker(text, source, env, profiles)
     for key in data:
         if key not in TOP_KEYS:

@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import resource
+import socket
 from collections.abc import Awaitable, Callable, Hashable
 from dataclasses import asdict, dataclass, field
 from typing import Generic, TypeVar, cast
@@ -309,12 +310,23 @@ def door_middleware(front: FrontDoor) -> Callable[..., Awaitable[web.StreamRespo
 class GuardedSite(web.BaseSite):
     """`web.TCPSite` with the app's `FrontDoor` at every connection."""
 
-    def __init__(self, runner: web.AppRunner, host: str, port: int, *, backlog: int = 128) -> None:
+    def __init__(
+        self,
+        runner: web.AppRunner,
+        host: str,
+        port: int,
+        *,
+        backlog: int = 128,
+        reuse_port: bool = False,  # one of several workers' sockets on the port
+        sock: socket.socket | None = None,  # an inherited listening socket instead
+    ) -> None:
         super().__init__(runner, backlog=backlog)
         self.runner = runner
         self.host = host
         self.requested_port = port
         self.backlog = backlog
+        self.reuse_port = reuse_port
+        self.sock = sock
         self.listener: asyncio.Server | None = None
 
     @property
@@ -334,12 +346,18 @@ class GuardedSite(web.BaseSite):
         assert server is not None
         front = self.runner.app[FRONT_DOOR]
         loop = asyncio.get_running_loop()
+        if self.sock is not None:
+            self.listener = await loop.create_server(
+                lambda: _Connection(front, server), sock=self.sock, backlog=self.backlog
+            )
+            return
         self.listener = await loop.create_server(
             lambda: _Connection(front, server),
             self.host,
             self.requested_port,
             backlog=self.backlog,
             reuse_address=True,
+            reuse_port=self.reuse_port or None,
         )
 
     async def stop(self) -> None:

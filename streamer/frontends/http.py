@@ -21,6 +21,7 @@ from streamer.gateway import Gateway
 from streamer.identity import CLIENT
 from streamer.models_config import catalog_entries
 from streamer.pipeline import Turn
+from streamer.worker import WORKER_INFO
 
 log = logging.getLogger("streamer.frontends.http")
 
@@ -225,6 +226,9 @@ async def list_models(request: web.Request) -> web.Response:
 async def healthz(request: web.Request) -> web.Response:
     """The process is up; with its turn and socket counters, and the front door's."""
     body: dict[str, Any] = {"status": "ok", "stats": request.app[GATEWAY].stats}
+    worker = request.app.get(WORKER_INFO)
+    if worker is not None:  # one of `--workers N`: which one answered
+        body["worker"] = worker
     front = request.app.get(FRONT_DOOR)
     if front is not None:
         body["connections"] = front.report()

@@ -1,0 +1,23 @@
+"""The program of one `--workers` worker: read its `Seat` on stdin, then serve.
+
+Apart from `streamer.worker` so that the modules the app imports never import the app.
+"""
+
+from __future__ import annotations
+
+import signal
+import sys
+
+
+def main() -> int:
+    from streamer.app import serve
+    from streamer.worker import Seat
+
+    # passed on by the supervisor: harmless unless the app handles it (a reload)
+    signal.signal(signal.SIGHUP, signal.SIG_IGN)
+    line = sys.stdin.buffer.readline()
+    if not line:
+        return 1  # the supervisor went away before it told us anything
+    seat = Seat.decode(line)
+    serve(seat.settings, worker=seat)
+    return 0
