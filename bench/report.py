@@ -128,6 +128,7 @@ def markdown(result: dict[str, Any]) -> str:
         f"Command: `{meta['command']}`  ",
         f"Machine: {meta['machine']}  ",
         f"Pinning: {meta['pinning']}  ",
+        *([f"Note: {meta['note']}  "] if meta.get("note") else []),
         f"Each figure is the median of {s['runs']} run(s) of {s['duration']} s after "
         f"{s['warmup']} s of warm-up; M = {s['m']} argument fragments; ratios are to the raw "
         "relay measured in the same cell of this run (requests/s); for the /v1/responses rows "
