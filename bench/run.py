@@ -1,12 +1,15 @@
 """The benchmark suite (`make bench`): the gateway against the raw relay and the peers.
 
 Starts the load backend, the raw relay, the gateway (`python -m streamer serve`) and the
-LiteLLM proxy when installed, then for every N (text deltas) and concurrency C runs the load
+LiteLLM proxy when installed, and the /v1/responses group (the raw relay of the backend's
+Responses stream, `streamer serve --upstream-api responses` when it exists, agentic-api when
+installed; see responses_targets.py), probes what a namespaced tool comes back as through
+each gateway, then for every N (text deltas) and concurrency C runs the load
 client against each target, R times, interleaved, and writes the medians as JSON and Markdown
 (and a PNG plot) under bench/results/. The gateway and the peers run pinned to core 0, the
 load client, the backend and this script to the other cores (see bench/README.md).
 
-    python bench/run.py            # the full matrix, SSE and WebSocket rows, ~12 minutes
+    python bench/run.py            # the full matrix, SSE and WebSocket rows, ~12-15 minutes
     python bench/run.py --quick    # c in {1, 16}, N = 200, one short run each, < 2 minutes
 """
 
