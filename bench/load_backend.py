@@ -6,7 +6,13 @@ whatever the gateway made of it) with M argument fragments, the finish chunk, a 
 `data: [DONE]`. Each SSE event is one HTTP chunk, as real servers send them, and the whole
 response is handed to the socket in one write, so it goes out as fast as the peer reads.
 
-`POST /control {"n": .., "m": ..}` changes N and M for the following requests; `GET /v1/models`
+`POST /v1/responses` (any path ending in `/responses`) streams the same turn as Responses
+events instead (`load_responses.py`): N `response.output_text.delta`, a function call with M
+argument fragments, `response.completed`; the backend for `--upstream-api responses` and
+for agentic-api.
+
+`POST /control {"n": .., "m": ..}` changes N and M for the following requests; `GET /last`
+returns the path and body of the last model request (what a gateway made of the tools); `GET /v1/models`
 and `GET /healthz` answer for readiness checks. Non-streaming requests get the same content as
 one JSON body.
 
@@ -20,6 +26,7 @@ import asyncio
 import sys
 from typing import Any
 
+import load_responses
 import orjson
 from httpwire import (
     LAST_CHUNK,
@@ -114,28 +121,49 @@ class Backend:
         self.n = n
         self.m = m
         self.requests = 0
+        self.responses_requests = 0
+        self.last: dict[str, Any] = {}  # what the last model request asked for (GET /last)
         self._cache: dict[tuple[int, int, str, bool], bytes] = {}
+        self._rcache: dict[tuple[int, int, str, str | None, bool], bytes] = {}
+
+    def respond_responses(self, req: Request) -> bytes:
+        """`POST .../responses`: the turn as Responses events (or one JSON Response)."""
+        self.responses_requests += 1
+        body = orjson.loads(req.body) if req.body else {}
+        self.last = {"path": req.path.decode(errors="replace"), "body": body}
+        name, namespace = load_responses.first_tool(body)
+        key = (self.n, self.m, name, namespace, body.get("stream", False) is True)
+        cached = self._rcache.get(key)
+        if cached is None:
+            encode = load_responses.encode_stream if key[4] else load_responses.encode_json
+            cached = self._rcache[key] = encode(self.n, self.m, name, namespace)
+        return cached
 
     def respond(self, req: Request) -> bytes:
         path = req.path.split(b"?", 1)[0]
         if req.method == b"POST" and path.endswith(b"/chat/completions"):
             self.requests += 1
             body = orjson.loads(req.body) if req.body else {}
+            self.last = {"path": req.path.decode(errors="replace"), "body": body}
             key = (self.n, self.m, first_tool_name(body), body.get("stream", False) is True)
             cached = self._cache.get(key)
             if cached is None:
                 encode = encode_stream if key[3] else encode_json
                 cached = self._cache[key] = encode(key[0], key[1], key[2])
             return cached
+        if req.method == b"POST" and path.endswith(b"/responses"):
+            return self.respond_responses(req)
         if req.method == b"POST" and path == b"/control":
             body = orjson.loads(req.body) if req.body else {}
             self.n = int(body.get("n", self.n))
             self.m = int(body.get("m", self.m))
             return simple_response(200, orjson.dumps({"n": self.n, "m": self.m}))
+        if req.method == b"GET" and path == b"/last":
+            return simple_response(200, orjson.dumps(self.last))
         if req.method == b"GET" and path.endswith(b"/models"):
             models = {"object": "list", "data": [{"id": "bench", "object": "model"}]}
             return simple_response(200, orjson.dumps(models))
-        if req.method == b"GET" and path == b"/healthz":
+        if req.method == b"GET" and path in (b"/healthz", b"/health"):
             return simple_response(200, b'{"ok":true}')
         return simple_response(404, b'{"error":{"message":"not found"}}')
 

@@ -6,7 +6,8 @@ the first body byte, to the first text delta and to the end of the stream; it co
 (SSE messages, or WebSocket frames) and bytes, and reads only the last event, where it checks
 that the call came back as `name:"lookup"`, `namespace:"mcp__bench"` with valid arguments.
 With `--expect raw` (the raw relay, which returns Chat chunks) the last event must be
-`[DONE]` and the namespace check is n/a.
+`[DONE]` and the namespace check is n/a; with `--expect raw-responses` (the raw relay of a
+Responses backend) the last event must be `response.completed`, and the check is n/a too.
 
 Time-window mode (the default): the load runs for `--warmup` seconds, then counters are read
 at t0 and again at t1 = t0 + `--duration`; events/s is what arrived in between, requests and
@@ -54,7 +55,11 @@ TOOLS = [
     },
     {"type": "function", "name": "echo", "description": "Echo the query.", "parameters": PARAMS},
 ]
-MARK = {"responses": b"response.output_text.delta", "raw": b'"content":"tok'}
+MARK = {
+    "responses": b"response.output_text.delta",
+    "raw": b'"content":"tok',
+    "raw-responses": b"response.output_text.delta",
+}
 SSE_HEADERS = {"Content-Type": "application/json", "Accept": "text/event-stream"}
 TERMINAL = ("response.completed", "response.incomplete", "response.failed", '"type":"error"')
 
@@ -303,9 +308,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--ws", action="store_true", help="WebSocket mode: C sockets")
     p.add_argument(
         "--expect",
-        choices=["responses", "raw"],
+        choices=["responses", "raw", "raw-responses"],
         default="responses",
-        help="raw: Chat chunks from the raw relay, no namespace check",
+        help="raw: Chat chunks from the raw relay, no namespace check; raw-responses: the "
+        "relay of a Responses backend (Responses events, no namespace check)",
     )
     p.add_argument("--model", default="bench")
     p.add_argument(

@@ -94,8 +94,8 @@ def judge(last: bytes, expect: str) -> tuple[str, str | None]:
     except orjson.JSONDecodeError:
         return "unparsable last event", None
     kind = str(obj.get("type"))
-    if kind != "response.completed":
-        return kind, None
+    if kind != "response.completed" or expect == "raw-responses":
+        return kind, None  # the raw relay of a Responses backend: no namespace to check
     calls = [
         i for i in obj.get("response", {}).get("output", []) if i.get("type") == "function_call"
     ]
@@ -128,7 +128,7 @@ def summarize(r: dict[str, Any], settings: dict[str, Any]) -> dict[str, Any]:
     """Rates and percentiles from the raw counts (also after merging processes)."""
     w = r["window_s"] or 1e-9
     s = r.pop("samples")
-    if settings["expect"] == "raw":
+    if settings["expect"] in ("raw", "raw-responses"):
         namespace = "n/a"
     elif r["namespace_bad"]:
         namespace = "no"

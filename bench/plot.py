@@ -31,7 +31,7 @@ def main(src: str, dst: str) -> None:
     ns = sorted({c["n"] for c in cells})
     fig, axes = plt.subplots(1, len(ns), figsize=(5.2 * len(ns), 4.4), squeeze=False)
     names = list(dict.fromkeys(_label(c) for c in cells))
-    colors = {name: f"C{i}" for i, name in enumerate(n for n in names if n != "raw relay")}
+    colors = {name: f"C{i}" for i, name in enumerate(n for n in names if "raw relay" not in n)}
     colors["raw relay"] = "black"
     for ax, n in zip(axes[0], ns, strict=True):
         for name in names:
@@ -43,14 +43,14 @@ def main(src: str, dst: str) -> None:
             if not pts:
                 continue
             xs, ys = zip(*pts, strict=True)
-            relay = name == "raw relay"
+            relay = name.startswith("raw relay")
             ax.plot(
                 xs,
                 ys,
                 marker="o",
                 label=name + (" (ceiling)" if relay else ""),
                 linestyle="--" if relay else "-",
-                color="black" if relay else None,
+                color=("black" if name == "raw relay" else "gray") if relay else None,
                 linewidth=2 if name.startswith("streamer") else 1.3,
             )
         ax.set_xscale("log", base=2)

@@ -1,7 +1,8 @@
 """The physical limit: a byte-for-byte relay through the same HTTP hops as a gateway.
 
 `POST /v1/responses` (any POST, in fact) is forwarded, body unchanged, as
-`POST {upstream}/chat/completions` over a kept-alive connection owned by the client's
+`POST {upstream}/chat/completions` (or `{upstream}/responses` with `--api responses`: the
+same relay in front of a backend that serves the Responses API) over a kept-alive connection owned by the client's
 connection, and the backend's response (head and chunked body) is written back to the client
 as it arrives, byte for byte, one write per read, with no parsing beyond finding where the
 response ends. TCP_NODELAY on both sides; the client's send buffer filling up pauses the
@@ -31,11 +32,13 @@ class UpstreamTarget:
     host_header: bytes
 
     @classmethod
-    def parse(cls, url: str) -> UpstreamTarget:
+    def parse(cls, url: str, api: str = "chat") -> UpstreamTarget:
         parts = urlsplit(url)
         host = parts.hostname or "127.0.0.1"
         port = parts.port or 80
-        path = parts.path.rstrip("/") + "/chat/completions"
+        path = parts.path.rstrip("/") + (
+            "/responses" if api == "responses" else "/chat/completions"
+        )
         return cls(host, port, path.encode(), f"{host}:{port}".encode())
 
     def request(self, body: bytes) -> bytes:
@@ -201,14 +204,16 @@ class ClientSide(asyncio.Protocol):
             self.up = None
 
 
-async def start(upstream: str, host: str = "127.0.0.1", port: int = 0) -> asyncio.Server:
-    target = UpstreamTarget.parse(upstream)
+async def start(
+    upstream: str, host: str = "127.0.0.1", port: int = 0, api: str = "chat"
+) -> asyncio.Server:
+    target = UpstreamTarget.parse(upstream, api)
     loop = asyncio.get_running_loop()
     return await loop.create_server(lambda: ClientSide(target), host, port, backlog=1024)
 
 
 async def _main(args: argparse.Namespace) -> None:
-    server = await start(args.upstream, args.host, args.port)
+    server = await start(args.upstream, args.host, args.port, args.api)
     print(f"listening {server.sockets[0].getsockname()[1]}", flush=True)
     async with server:
         await server.serve_forever()
@@ -219,6 +224,12 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--upstream", required=True, help="the backend's base URL, e.g. http://h:p/v1")
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=int, default=8901)
+    p.add_argument(
+        "--api",
+        choices=["chat", "responses"],
+        default="chat",
+        help="the backend endpoint: chat (/chat/completions) or responses (/responses)",
+    )
     args = p.parse_args(argv)
     install_uvloop()
     try:

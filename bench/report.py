@@ -70,10 +70,11 @@ def cell_summary(runs: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def add_ratios(cells: list[dict[str, Any]]) -> None:
-    """Ratio of requests/s (and events/s) to the raw relay's in the same cell of this run."""
-    relay = {(c["n"], c["c"]): c for c in cells if c["target"] == "raw relay"}
+    """Ratio of requests/s (and events/s) to the raw relay's in the same cell of this run
+    (the relay of the same upstream API: Chat, or Responses for the /v1/responses rows)."""
+    relay = {(c["target"], c["n"], c["c"]): c for c in cells if c.get("kind") == "baseline"}
     for cell in cells:
-        base = relay.get((cell["n"], cell["c"]))
+        base = relay.get((cell.get("relay", "raw relay"), cell["n"], cell["c"]))
         for key, out in (("requests_per_s", "ratio"), ("events_per_s", "ratio_events")):
             a = cell["median"].get(key)
             b = base["median"].get(key) if base else None
@@ -109,6 +110,15 @@ def label(cell: dict[str, Any]) -> str:
     return cell["target"] + (" (ws)" if cell["transport"] == "ws" else "")
 
 
+def _probe_lines(probes: dict[str, Any]) -> list[str]:
+    """What a namespaced tool through each gateway came back as (probe_responses.py)."""
+    if not probes:
+        return []
+    lines = ["## A namespaced tool through each gateway (probe)", ""]
+    lines += [f"- **{name}**: {p['verdict']}" for name, p in probes.items()]
+    return [*lines, ""]
+
+
 def markdown(result: dict[str, Any]) -> str:
     meta, cells = result["meta"], result["cells"]
     s = meta["settings"]
@@ -118,9 +128,12 @@ def markdown(result: dict[str, Any]) -> str:
         f"Command: `{meta['command']}`  ",
         f"Machine: {meta['machine']}  ",
         f"Pinning: {meta['pinning']}  ",
+        *([f"Note: {meta['note']}  "] if meta.get("note") else []),
         f"Each figure is the median of {s['runs']} run(s) of {s['duration']} s after "
         f"{s['warmup']} s of warm-up; M = {s['m']} argument fragments; ratios are to the raw "
-        "relay measured in the same cell of this run (requests/s).",
+        "relay measured in the same cell of this run (requests/s); for the /v1/responses rows "
+        "(the gateway with `--upstream-api responses`, agentic-api) to `raw relay (responses)`, "
+        "the relay of the backend's Responses stream.",
         "",
     ]
     ns = [n for n in s["n"] if any(c["n"] == n for c in cells)]
@@ -146,7 +159,11 @@ def markdown(result: dict[str, Any]) -> str:
                 + f" | {_ms(first.get('first_text_ms.p50'))} | {_fmt(last.get('peak_rss_mb'), 1)}"
                 + f" | {verdict} |"
             )
+        for t in result["targets"]:  # rows that could not be measured, and why
+            if t["status"] != "ok" and t["transport"] == "sse":
+                lines.append(f"| {t['name']} | {t['status']}: {t['reason']} |" + " - |" * 5)
         lines.append("")
+    lines += _probe_lines(result.get("probes") or {})
     lines += [
         "## Every cell",
         "",
@@ -175,7 +192,7 @@ def markdown(result: dict[str, Any]) -> str:
         "so this figure may be low. ≈: fewer requests ended in the window than there are "
         "streams, so requests/s is events/s divided by the events of one response. "
         "Events are what the client received: Responses events for the gateways, Chat chunks "
-        "for the raw relay.",
+        "for the raw relay, Responses events for the raw relay (responses).",
         "",
         "## Targets",
         "",

@@ -1,12 +1,15 @@
 """The benchmark suite (`make bench`): the gateway against the raw relay and the peers.
 
 Starts the load backend, the raw relay, the gateway (`python -m streamer serve`) and the
-LiteLLM proxy when installed, then for every N (text deltas) and concurrency C runs the load
+LiteLLM proxy when installed, and the /v1/responses group (the raw relay of the backend's
+Responses stream, `streamer serve --upstream-api responses` when it exists, agentic-api when
+installed; see responses_targets.py), probes what a namespaced tool comes back as through
+each gateway, then for every N (text deltas) and concurrency C runs the load
 client against each target, R times, interleaved, and writes the medians as JSON and Markdown
 (and a PNG plot) under bench/results/. The gateway and the peers run pinned to core 0, the
 load client, the backend and this script to the other cores (see bench/README.md).
 
-    python bench/run.py            # the full matrix, SSE and WebSocket rows, ~12 minutes
+    python bench/run.py            # the full matrix, SSE and WebSocket rows, ~12-15 minutes
     python bench/run.py --quick    # c in {1, 16}, N = 200, one short run each, < 2 minutes
 """
 
@@ -25,8 +28,10 @@ import time
 from pathlib import Path
 from typing import Any
 
+import probe_responses
 import procstat
 import report
+import responses_targets
 import targets as tg
 
 BENCH = Path(__file__).resolve().parent
@@ -207,6 +212,18 @@ def smoke(
         t.reason = f"namespace not restored: {r['namespace_bad']}"
 
 
+def run_probes(targets: list[tg.Target], backend: tg.Target, n: int) -> dict[str, Any]:
+    """A namespaced tool through every gateway and peer over SSE: what comes back
+    (probe_responses.py), for the report."""
+    out: dict[str, Any] = {}
+    for t in targets:
+        if t.status != "ok" or t.kind == "baseline" or t.transport != "sse" or not t.url:
+            continue
+        result = probe_responses.probe(t.url, backend.url, t.api_key)
+        out[t.name] = {"n": n, "verdict": probe_responses.verdict(result, n), "result": result}
+    return out
+
+
 def run_extra(script: Path, quick: bool, gw: set[int] | None, timeout: float) -> dict[str, Any]:
     """Another engineer's micro-benchmark (bench_streamer.py, bench_tools.py), if present:
     its text output for the Markdown and, when it has `--json`, its JSON for the record."""
@@ -274,6 +291,11 @@ def start_targets(
     if not args.no_litellm:
         out.append(tg.start_litellm(upstream, gw, logs, args.litellm_timeout))
     out += [tg.external_peer(spec) for spec in args.peer]
+    if args.responses:  # the backends that speak /v1/responses (issue 18)
+        root = Path(args.responses_root).resolve() if args.responses_root else tg.ROOT
+        only = [n for n in args.n if n in args.responses_n] or None  # none of them: every N
+        extra = args.gateway_arg
+        responses_targets.start_group(upstream, gw, logs, extra, root, args.agentic, only, out)
 
 
 def run_matrix(
@@ -312,6 +334,8 @@ def _run_cells(
             runs: list[list[dict[str, Any]]] = [[] for _ in active]
             for rep in range(args.runs):
                 for i, t in enumerate(active):
+                    if t.only_n is not None and n not in t.only_n:
+                        continue
                     label = f"{t.name} {t.transport} N={n} c={c} run {rep + 1}/{args.runs}"
                     progress.show(label)
                     freeze(peers, t)
@@ -326,6 +350,7 @@ def _run_cells(
             for i, t in enumerate(active):
                 if runs[i]:
                     cell = {"target": t.name, "transport": t.transport, "kind": t.kind}
+                    cell["relay"] = t.relay
                     cell |= {"order": i, "n": n, "c": c, "m": args.m}
                     cell |= {"median": report.cell_summary(runs[i]), "runs": runs[i]}
                     cells.append(cell)
@@ -351,9 +376,11 @@ def main(argv: list[str] | None = None) -> int:
                 smoke(t, args, backend, load)
             mark = "ok" if t.status == "ok" else f"{t.status}: {t.reason}"
             print(f"bench: {t.name} [{t.transport}] {mark}", file=sys.stderr)
+        probes = run_probes(targets, backend, args.n[0])
         active = [t for t in targets if t.status == "ok"]
         scripts = [] if args.no_extras else ["bench_streamer.py", "bench_tools.py"]
-        steps = len(args.n) * len(args.concurrency) * args.runs * len(active) + len(scripts)
+        per_n = sum(len(args.n) if t.only_n is None else len(t.only_n) for t in active)
+        steps = per_n * len(args.concurrency) * args.runs + len(scripts)
         progress = Progress(steps)
         cells = run_matrix(args, active, backend, (gw, load), progress)
         for t in targets:
@@ -382,6 +409,7 @@ def main(argv: list[str] | None = None) -> int:
         },
         "targets": [t.describe() for t in targets],
         "cells": cells,
+        "probes": probes,
         "extras": extras,
     }
     paths = report.write(result, args.out, args.name or ("quick" if args.quick else "bench"))
@@ -441,6 +469,28 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         help="another gateway, already running, to measure too",
     )
     p.add_argument("--no-litellm", action="store_true", help="leave the LiteLLM proxy out")
+    p.add_argument(
+        "--responses",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="the /v1/responses-upstream rows: the raw relay of the backend's Responses "
+        "stream, streamer --upstream-api responses, agentic-api (default on)",
+    )
+    p.add_argument(
+        "--no-agentic", dest="agentic", action="store_false", help="leave agentic-api out"
+    )
+    p.add_argument(
+        "--responses-n",
+        type=_ints,
+        help="the N the /v1/responses rows are measured at (default 200; the full matrix "
+        "stays within 15 minutes)",
+    )
+    p.add_argument(
+        "--responses-root",
+        metavar="TREE",
+        help="the checkout whose `streamer serve --upstream-api responses` is measured "
+        "(default this one)",
+    )
     p.add_argument("--no-gateway", action="store_true", help="leave streamer out")
     p.add_argument(
         "--gateway-arg",
@@ -469,6 +519,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     args.concurrency = args.concurrency or ([1, 16] if quick else [1, 16, 64])
     args.n = args.n or ([200] if quick else [50, 200, 2000])
     args.runs = args.runs or (1 if quick else 3)
+    args.responses_n = args.responses_n or [200]
     args.duration = args.duration or (1.5 if quick else 3.0)
     args.warmup = args.warmup if args.warmup is not None else (0.5 if quick else 1.0)
     return args

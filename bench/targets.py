@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import secrets
 import select
 import signal
@@ -34,7 +35,7 @@ class Target:
     kind: str  # "gateway" | "baseline" | "peer"
     url: str = ""
     transport: str = "sse"  # "sse" | "ws"
-    expect: str = "responses"  # "responses" | "raw" (Chat chunks, no namespace check)
+    expect: str = "responses"  # "responses" | "raw" (Chat chunks) | "raw-responses"; raw: no check
     pids: list[int] = field(default_factory=list)  # roots of the process trees to measure
     pinned: bool = False
     status: str = "ok"  # "ok" | "skipped" | "failed"
@@ -43,12 +44,14 @@ class Target:
     api_key: str = ""  # sent as a Bearer token by the load client
     extra_events: float | None = None  # events per response beyond N + M (from the smoke test)
     proc: subprocess.Popen[bytes] | None = None
+    relay: str = "raw relay"  # the baseline its ratios are to (same upstream API)
+    only_n: list[int] | None = None  # measured at these N only (None: every N of the matrix)
 
     def tree(self) -> list[int]:
         return [p for root in self.pids for p in procstat.tree(root)]
 
     def describe(self) -> dict[str, object]:
-        keys = ("name", "kind", "url", "transport", "expect", "pinned", "status", "reason")
+        keys = ("name", "kind", "url", "transport", "expect", "pinned", "status", "reason", "relay")
         return {k: getattr(self, k) for k in keys} | {"version": self.version}
 
 
@@ -59,9 +62,15 @@ def free_port() -> int:
 
 
 def spawn(
-    cmd: list[str], cpus: set[int] | None, log: Path, env: dict[str, str] | None = None
+    cmd: list[str],
+    cpus: set[int] | None,
+    log: Path,
+    env: dict[str, str] | None = None,
+    pipe: bool = True,
 ) -> subprocess.Popen[bytes]:
-    """Start `cmd` pinned to `cpus`, stdout piped (for "listening <port>"), stderr to `log`."""
+    """Start `cmd` pinned to `cpus`, stdout piped (for "listening <port>"; with `pipe` False
+    to `log` too: a server that logs to stdout must not fill a pipe nobody reads), stderr to
+    `log`."""
 
     def pin() -> None:
         if cpus:
@@ -73,7 +82,7 @@ def spawn(
     try:
         return subprocess.Popen(
             cmd,
-            stdout=subprocess.PIPE,
+            stdout=subprocess.PIPE if pipe else err,
             stderr=err,
             stdin=subprocess.DEVNULL,
             preexec_fn=pin,
@@ -148,19 +157,27 @@ def control_backend(backend: Target, n: int, m: int) -> None:
         resp.read()
 
 
-def start_relay(upstream: str, cpus: set[int] | None, logs: Path) -> Target:
-    cmd = [sys.executable, "raw_relay.py", "--upstream", upstream, "--port", "0"]
-    proc = spawn(cmd, cpus, logs / "raw-relay.log")
+RESPONSES_RELAY = "raw relay (responses)"
+
+
+def start_relay(upstream: str, cpus: set[int] | None, logs: Path, api: str = "chat") -> Target:
+    """The raw relay to the backend's Chat endpoint, or (api "responses") to its Responses one."""
+    cmd = [sys.executable, "raw_relay.py", "--upstream", upstream, "--port", "0", "--api", api]
+    name = RESPONSES_RELAY if api == "responses" else "raw relay"
+    proc = spawn(
+        cmd, cpus, logs / ("raw-relay-responses.log" if api == "responses" else "raw-relay.log")
+    )
     port = read_port(proc, 15)
     return Target(
-        "raw relay",
+        name,
         "baseline",
         f"http://127.0.0.1:{port}",
-        expect="raw",
+        expect="raw-responses" if api == "responses" else "raw",
         pids=[proc.pid],
         pinned=bool(cpus),
         proc=proc,
-        version="bench/raw_relay.py",
+        version="bench/raw_relay.py" + (" --api responses" if api == "responses" else ""),
+        relay=name,
     )
 
 
@@ -205,7 +222,7 @@ def start_gateway(
         str(port),
         *extra,
     ]
-    log = logs / f"{name.replace('@', '-')}.log"
+    log = logs / (re.sub(r"[^A-Za-z0-9.-]+", "-", name).strip("-") + ".log")
     proc = spawn(cmd, cpus, log, env={"PYTHONPATH": str(root)})
     url = f"http://127.0.0.1:{port}"
     target = Target(name, "gateway", url, pids=[proc.pid], pinned=bool(cpus), proc=proc)

@@ -20,8 +20,12 @@ from aiohttp import web
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import load_backend
+import load_responses
+import probe_responses
 import procstat
 import raw_relay
+import report
+import responses_targets
 from load_client import SseSink, jobs, request_body
 from meter import Meter, judge, merge, meter_fields, summarize
 from sse_client import HttpStatusError, StreamConnection, build_request
@@ -265,3 +269,158 @@ async def test_pids_listening_on_finds_the_server() -> None:
     finally:
         srv.close()
         await srv.wait_closed()
+
+
+# --- the /v1/responses side (issue 18) ---------------------------------------------------
+
+
+@pytest.mark.parametrize("namespace", [None, "mcp__bench"])
+def test_responses_stream_is_n_text_deltas_then_a_call_then_completed(
+    namespace: str | None,
+) -> None:
+    name = "lookup" if namespace else FLAT
+    events = load_responses.responses_events(6, 5, name, namespace)
+    assert [e["sequence_number"] for e in events] == list(range(len(events)))
+    kinds = [e["type"] for e in events]
+    assert kinds[:4] == [
+        "response.created",
+        "response.in_progress",
+        "response.output_item.added",
+        "response.content_part.added",
+    ]
+    assert kinds.count("response.output_text.delta") == 6
+    assert kinds.count("response.function_call_arguments.delta") == 5
+    assert kinds[-1] == "response.completed"
+    text = "".join(e["delta"] for e in events if e["type"] == "response.output_text.delta")
+    args = "".join(
+        e["delta"] for e in events if e["type"] == "response.function_call_arguments.delta"
+    )
+    output = events[-1]["response"]["output"]
+    assert output[0]["content"][0]["text"] == text == "".join(f"tok{i} " for i in range(6))
+    call = output[1]
+    assert call["arguments"] == args and orjson.loads(args) == {"query": "abcd" * 3}
+    assert call["name"] == name and call.get("namespace") == namespace
+    assert events[-1]["response"]["usage"]["output_tokens"] == 11
+    flat = {"tools": [{"type": "function", "name": "agentic_ns__mcp__bench__lookup"}]}
+    assert load_responses.first_tool(flat) == ("agentic_ns__mcp__bench__lookup", None)
+    native = {"tools": request_body("bench", ws=False)["tools"]}
+    assert load_responses.first_tool(native) == ("lookup", "mcp__bench")
+    assert load_responses.first_tool({}) == ("lookup", None)
+
+
+def _responses_sse(n: int, m: int, name: str, namespace: str | None) -> bytes:
+    return b"".join(
+        b"event: " + e["type"].encode() + b"\ndata: " + orjson.dumps(e) + b"\n\n"
+        for e in load_responses.responses_events(n, m, name, namespace)
+    )
+
+
+async def test_responses_relay_returns_the_backend_responses_stream_byte_for_byte() -> None:
+    backend = load_backend.Backend(n=30, m=4)
+    b_srv = await load_backend.start(backend)
+    b_port = b_srv.sockets[0].getsockname()[1]
+    r_srv = await raw_relay.start(f"http://127.0.0.1:{b_port}/v1", api="responses")
+    r_port = r_srv.sockets[0].getsockname()[1]
+    try:
+        body = orjson.dumps(request_body("bench", ws=False))
+        direct = await _post(b_port, "/v1/responses", body)
+        relayed = await _post(r_port, "/v1/responses", body)
+        assert relayed == direct == _responses_sse(30, 4, "lookup", "mcp__bench")
+        assert backend.responses_requests == 2 and backend.requests == 0
+        flat = {"model": "bench", "stream": True, "tools": [{"type": "function", "name": FLAT}]}
+        assert await _post(r_port, "/v1/responses", orjson.dumps(flat)) == _responses_sse(
+            30, 4, FLAT, None
+        )
+        kind, verdict = judge(relayed, "raw-responses")
+        assert (kind, verdict) == ("response.completed", None)
+        fields = meter_fields(Meter("raw-responses", 0.0, 1.0))
+        summary = summarize(
+            fields | {"window_s": 1.0, "events": 0, "bytes": 0, "cpu_s": {}},
+            {"expect": "raw-responses"},
+        )
+        assert summary["namespace"] == "n/a"
+    finally:
+        for srv in (r_srv, b_srv):
+            srv.close()
+            await srv.wait_closed()
+
+
+async def test_probe_reports_what_a_namespaced_tool_comes_back_as() -> None:
+    backend = load_backend.Backend(n=12, m=3)
+    srv = await load_backend.start(backend)
+    port = srv.sockets[0].getsockname()[1]
+    url = f"http://127.0.0.1:{port}"
+    try:  # the backend itself answers natively: a namespace tool comes back restored
+        result = await asyncio.to_thread(probe_responses.probe, url, url)
+    finally:
+        srv.close()
+        await srv.wait_closed()
+    stream, whole = result["stream"], result["json"]
+    assert stream["status"] == 200 and stream["text_delta_events"] == 12
+    assert stream["argument_delta_events"] == 3
+    assert stream["call_in_completed"] == [
+        {"type": "function_call", "name": "lookup", "namespace": "mcp__bench", "arguments_ok": True}
+    ]
+    assert stream["upstream"]["path"] == "/v1/responses"
+    assert stream["upstream"]["tools"][0] == {
+        "type": "namespace",
+        "name": "mcp__bench",
+        "tools": ["lookup"],
+    }
+    assert whole["calls"][0]["namespace"] == "mcp__bench"
+    line = probe_responses.verdict(result, 12)
+    assert line.startswith("namespace restored") and "streams (12 text deltas" in line
+    flat = {"stream": {"call_in_completed": [{"name": FLAT}], "text_delta_events": 1}}
+    assert "NOT restored" in probe_responses.verdict(flat, 12)
+    assert "does not stream" in probe_responses.verdict(flat, 12)
+
+
+def test_ratios_are_to_the_relay_of_the_same_upstream_api() -> None:
+    def cell(target: str, kind: str, relay: str, rps: float) -> dict:
+        return {
+            "target": target,
+            "kind": kind,
+            "relay": relay,
+            "n": 200,
+            "c": 1,
+            "median": {"requests_per_s": rps, "events_per_s": rps * 10},
+        }
+
+    cells = [
+        cell("raw relay", "baseline", "raw relay", 100.0),
+        cell("streamer", "gateway", "raw relay", 25.0),
+        cell("raw relay (responses)", "baseline", "raw relay (responses)", 200.0),
+        cell("agentic-api", "peer", "raw relay (responses)", 50.0),
+    ]
+    del cells[1]["relay"]  # cells of older runs have no relay: the Chat one
+    report.add_ratios(cells)
+    assert [c["median"]["ratio"] for c in cells] == [1.0, 0.25, 1.0, 0.25]
+
+
+def _fake_streamer(tmp: Path, help_text: str) -> Path:
+    pkg = tmp / "streamer"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "cli.py").write_text("")
+    (pkg / "__main__.py").write_text(f"print({help_text!r})\n")
+    return tmp
+
+
+@pytest.mark.parametrize(
+    ("help_text", "missing"),
+    [
+        ("  --upstream URL\n  --upstream-api-key KEY  Bearer key", True),
+        ("  --upstream-api {chat,responses}\n  --upstream-api-key KEY", False),
+    ],
+)
+def test_the_responses_gateway_row_is_guarded_by_the_flag(
+    tmp_path: Path, help_text: str, missing: bool
+) -> None:
+    root = _fake_streamer(tmp_path, help_text)
+    why = responses_targets.gateway_flag_missing(root)
+    assert bool(why) is missing
+    if missing:
+        assert "no --upstream-api flag" in why
+        target = responses_targets.start_gateway("http://x/v1", None, tmp_path, [], root)
+        assert target.status == "not available" and target.reason == why
+        assert target.relay == "raw relay (responses)"

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Install the benchmark's own tools, each in its own venv under .tools/ (never a dependency
-# of the project): the LiteLLM proxy (a peer gateway), matplotlib (for the plot) and py-spy.
+# of the project): the LiteLLM proxy and vLLM's agentic-api (peer gateways), matplotlib (for the plot) and py-spy.
 # Idempotent; a failed install prints a note and exits 0, so that `make bench` reports the
 # peer as skipped instead of failing.
 set -uo pipefail
@@ -11,6 +11,8 @@ PYTHON="${PYTHON:-python3}"
 # litellm-proxy / litellm-proxy-extras builds it lacks), and it predates the compromised
 # 1.107.0 release.
 LITELLM_VERSION="${LITELLM_VERSION:-1.106.12}"
+# vLLM's Rust Responses gateway (a prebuilt binary inside the wheel; no vLLM without [local]).
+AGENTIC_API_VERSION="${AGENTIC_API_VERSION:-0.9.0}"
 MATPLOTLIB_SPEC="${MATPLOTLIB_SPEC:-matplotlib>=3.7}"
 PEERS_DIR="${PEERS_DIR:-$ROOT/.tools/peers}"
 BENCH_VENV="${BENCH_VENV:-$ROOT/.tools/bench-venv}"
@@ -57,6 +59,15 @@ if [ "$want" = all ] || [ "$want" = litellm ]; then
         [ -x "$LITELLM_DIR/bin/litellm" ] && note "LiteLLM $LITELLM_VERSION ready in $LITELLM_DIR"
     else
         note "LiteLLM unavailable: the benchmark will report it as skipped"
+    fi
+fi
+if [ "$want" = all ] || [ "$want" = agentic-api ]; then
+    AGENTIC_DIR="$PEERS_DIR/agentic-api"
+    check="import importlib.metadata as m; assert m.version('agentic-api') == '$AGENTIC_API_VERSION'"
+    if make_venv "$AGENTIC_DIR" "$check" "agentic-api==$AGENTIC_API_VERSION"; then
+        [ -x "$AGENTIC_DIR/bin/agentic-server" ] && note "agentic-api $AGENTIC_API_VERSION ready in $AGENTIC_DIR"
+    else
+        note "agentic-api unavailable: the benchmark will report it as skipped (see $AGENTIC_DIR.install.log)"
     fi
 fi
 exit 0
