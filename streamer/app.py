@@ -181,9 +181,8 @@ async def _start(app: web.Application) -> None:
     from streamer.store import open_store
     from streamer.store.observed import observe_store
     from streamer.upstream.body_budget import ByteBudget
-    from streamer.upstream.chat.client import ChatUpstream
     from streamer.upstream.http1.proxy import select_proxy
-    from streamer.upstream.registry import UpstreamRegistry
+    from streamer.upstream.registry import UpstreamRegistry, client_class
 
     settings = app[SETTINGS]
     base_url = settings.upstream
@@ -197,7 +196,7 @@ async def _start(app: web.Application) -> None:
     proxy = (
         select_proxy(base_url, settings.upstream_proxy, os.environ) if settings.upstream else None
     )
-    chat = ChatUpstream(
+    chat = client_class(settings.upstream_api)(
         base_url,
         api_key=settings.upstream_api_key,
         idle_timeout=settings.idle_timeout,
@@ -304,6 +303,10 @@ def check_settings(settings: Settings) -> None:
     if settings.metrics_auth and not settings.client_keys():
         raise ValueError("--metrics-auth needs client keys (--api-key or --api-key-file)")
     load_model_catalog(settings.model_metadata)  # a wrong file stops the gateway here
+    if settings.upstream_api not in ("chat", "responses"):
+        raise ValueError(f"--upstream-api must be chat or responses, not {settings.upstream_api!r}")
+    if settings.upstream_api != "chat" and not settings.upstream:
+        raise ValueError("--upstream-api responses needs --upstream (the embedded model is Chat)")
 
 
 def create_app(settings: Settings) -> web.Application:

@@ -19,12 +19,13 @@ from collections.abc import AsyncGenerator, AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from streamer.compaction import Compactor, compaction_request, is_compaction, last_user_request
+from streamer.backend_api import CHAT, BackendApi
+from streamer.compaction import Compactor, is_compaction, last_user_request
 from streamer.compaction import restore as restore_sealed
 from streamer.core.deltas import Usage
 from streamer.core.errors import RequestError, invalid
 from streamer.core.events import Event
-from streamer.core.lowering import LoweringOptions, lower, normalize_input
+from streamer.core.lowering import LoweringOptions, normalize_input
 from streamer.core.output import OutputItemStreamer
 from streamer.core.output_items import SUMMARIES, OutputLimits
 from streamer.core.request_fields import check_fields, echo_applied
@@ -87,6 +88,7 @@ class TurnOptions:
     max_output_items: int = 2048
     max_turn_seconds: float = 3600.0
     sealer: Sealer = field(default_factory=Sealer.random)  # encrypted_content (--state-key-file)
+    api: BackendApi = CHAT  # what the backend speaks (--upstream-api): its lowering
 
 
 @dataclass(slots=True)
@@ -109,6 +111,7 @@ class Turn:
     recorder: ExchangeRecorder | None = None
     conversation: str | None = None  # the conversation this turn extends at its end
     new_from: int = 0  # where the request's own items start in `items` (after any history)
+    api: BackendApi = CHAT  # the backend's API: how a truncated retry is lowered again
 
     @property
     def response(self) -> dict[str, Any]:
@@ -282,14 +285,14 @@ def prepare(
     names = ResponsesToolNames.convert(request.get("tools"), view, config=options.naming)
     compactor = None
     if is_compaction(new_items):
-        chat_request = compaction_request(request, view, names, options.lowering)
+        chat_request = options.api.compaction(request, view, names, options.lowering)
         compactor = Compactor(options.sealer, last_user_request(items), options.max_output_bytes)
     else:
-        chat_request = lower(request, view, names, options.lowering)
+        chat_request = options.api.lower(request, view, names, options.lowering)
     response = new_response(request, response_id=response_id)
     echo_applied(response, chat_request)
     limits = OutputLimits(options.max_output_bytes, options.max_output_items)
-    prompt = {k: chat_request[k] for k in ("messages", "tools") if k in chat_request}
+    prompt = {k: chat_request[k] for k in options.api.prompt_keys if k in chat_request}
     streamer = OutputItemStreamer(
         names,
         response,
@@ -307,6 +310,7 @@ def prepare(
         compactor=compactor,
         lowering=options.lowering,
         view=view,
+        api=options.api,
     )
 
 
@@ -398,7 +402,7 @@ def _truncated(turn: Turn, exc: RequestError) -> dict[str, Any] | None:
         len(kept),
         len(items),
     )
-    return lower(turn.request, kept, turn.names, turn.lowering)
+    return turn.api.lower(turn.request, kept, turn.names, turn.lowering)
 
 
 async def _open_once(

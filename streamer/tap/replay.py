@@ -129,7 +129,7 @@ def normalised(events: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
 def add_replay_parser(subparsers: Any) -> argparse.ArgumentParser:
     parser = subparsers.add_parser(
         "replay", help="run a recorded backend stream through today's pipeline",
-        description=__doc__.splitlines()[0],
+        description=__doc__.splitlines()[0], allow_abbrev=False,
     )  # fmt: skip
     parser.add_argument("file", metavar="FILE", help="a `serve --tap-dir` recording")
     parser.add_argument(
