@@ -20,7 +20,13 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from streamer.backend_api import CHAT, BackendApi
-from streamer.compaction import Compactor, is_compaction, last_user_request
+from streamer.compaction import (
+    BACKEND_FIELD,
+    REASONING_FIELD,
+    Compactor,
+    is_compaction,
+    last_user_request,
+)
 from streamer.compaction import restore as restore_sealed
 from streamer.core.deltas import Usage
 from streamer.core.errors import RequestError, invalid
@@ -314,13 +320,21 @@ def prepare(
     )
 
 
-def _reasoning_sealer(request: dict[str, Any], options: TurnOptions) -> Callable[[str], str] | None:
-    """Reasoning items carry their text sealed when the client asks for it."""
+def _reasoning_sealer(
+    request: dict[str, Any], options: TurnOptions
+) -> Callable[[str, str | None], str] | None:
+    """Reasoning items carry their text sealed when the client asks for it (with a
+    Responses backend's own blob, when it sent one)."""
     include = request.get("include")
     if not isinstance(include, list) or REASONING_INCLUDE not in include:
         return None
     sealer = options.sealer
-    return lambda text: sealer.seal("reasoning", "text", text)
+
+    def seal(text: str, backend: str | None) -> str:
+        extra = {BACKEND_FIELD: backend} if backend else None
+        return sealer.seal("reasoning", REASONING_FIELD, text, extra)
+
+    return seal
 
 
 class TurnTimeout(Exception):

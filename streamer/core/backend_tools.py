@@ -8,6 +8,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+BACKEND_BLOB = "backend_encrypted_content"
+"""Where an opened reasoning item (streamer/compaction.py `restore`) carries the Responses
+backend's own `encrypted_content`, sealed in the gateway's, to the lowering."""
+
 
 @dataclass(frozen=True, slots=True)
 class BackendTools:

@@ -18,7 +18,7 @@ from typing import Any
 
 import orjson
 
-from streamer.core.backend_tools import BackendTools
+from streamer.core.backend_tools import BACKEND_BLOB, BackendTools
 from streamer.core.errors import invalid
 from streamer.core.item_references import not_found
 from streamer.core.lowering import LoweringOptions, nearest_effort
@@ -152,6 +152,11 @@ def _reasoning(item: dict[str, Any], tools: BackendTools) -> dict[str, Any] | No
     """Reasoning as the backend takes it back: its own blob (the gateway's seal opened), or
     readable text for a backend that reads it; else nothing."""
     item.pop("encrypted_content", None)  # the gateway's seal (opened into `content`)
+    backend = item.pop(BACKEND_BLOB, None)
+    if tools.encrypted_reasoning:  # it reads back only its own blob
+        if not isinstance(backend, str):
+            return None
+        return {"type": "reasoning", "summary": [], "encrypted_content": backend}
     if not tools.reasoning_input or not item.get("content"):
         return None
     item.setdefault("summary", [])

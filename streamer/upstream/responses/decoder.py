@@ -24,6 +24,7 @@ import orjson
 from streamer.core.deltas import (
     Delta,
     Finish,
+    ReasoningBlob,
     ReasoningDelta,
     RefusalDelta,
     ServiceTier,
@@ -158,6 +159,9 @@ class ResponsesEventDecoder:
                 text = text or "\n\n".join(_texts(item.get("summary"), "summary_text"))
                 if text:
                     out.append(ReasoningDelta(text))
+            blob = item.get("encrypted_content")
+            if isinstance(blob, str) and blob:
+                out.append(ReasoningBlob(blob))
         else:  # a hosted call, or an item type this gateway does not know: whole
             out.append(WholeItem({**item, "id": new_id(_prefix(item))}))
 
