@@ -135,7 +135,9 @@ class _Translation:
             )  # fmt: skip
         opened = self.open
         opened["text"] += piece
-        delta_type = "response.output_text.delta" if kind == "message" else "response.reasoning_text.delta"
+        delta_type = (
+            "response.output_text.delta" if kind == "message" else "response.reasoning_text.delta"
+        )
         out.append(
             self.event(delta_type, output_index=opened["index"], item_id=opened["item"]["id"],
                        content_index=0, delta=piece)

@@ -21,6 +21,7 @@ from openai import AsyncOpenAI
 from scripted_backend import (
     DIE,
     DONE,
+    ScriptedBackend,
     Status,
     finish,
     reasoning_chunks,
@@ -29,7 +30,6 @@ from scripted_backend import (
     tool_call_chunks,
     usage,
 )
-from scripted_backend import ScriptedBackend
 from scripted_responses_backend import ScriptedResponsesBackend
 from sdk_models import validate_event
 
@@ -57,6 +57,7 @@ def last_input_text(sent: dict[str, Any]) -> Any:
     if "messages" in sent:
         return sent["messages"][-1]["content"]
     return sent["input"][-1]["content"]
+
 
 TOOLS: list[dict[str, Any]] = [
     {
