@@ -128,9 +128,21 @@ def _call(
         return item  # the backend routes by (namespace, name) itself
     item.pop("namespace", None)
     item["name"] = names.encode(ns, item["name"], kind)
-    if kind == "function" and not str(item.get("arguments") or "").strip():
-        item["arguments"] = "{}"
+    if kind == "function":
+        item["arguments"] = _whole_arguments(item.get("arguments"))
     return item
+
+
+def _whole_arguments(arguments: Any) -> str:
+    """Arguments a backend can parse again: a call cut off mid-arguments (llama.cpp ends
+    such a turn `completed`) and an empty one are replayed as `{}`."""
+    if not isinstance(arguments, str) or not arguments.strip():
+        return "{}"
+    try:
+        orjson.loads(arguments)
+    except orjson.JSONDecodeError:
+        return "{}"
+    return arguments
 
 
 def _function_call(item: dict[str, Any], flat: str, arguments: str) -> dict[str, Any]:

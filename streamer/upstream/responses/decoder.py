@@ -4,7 +4,8 @@
 events, each a JSON object with its `type`) and yields the same deltas a Chat backend's
 chunks do, so one `OutputItemStreamer` makes every event the client sees (its ids, its
 `sequence_number`, its naming): text, refusals and reasoning as text deltas; function and
-custom calls as `ToolCallDelta`s keyed by the backend's `output_index`, their names as the
+custom calls as `ToolCallDelta`s keyed by the backend's `output_index` (or, for a backend
+that sends none, llama.cpp, the item's id), their names as the
 backend spells them (flat, `ns.name`, or split into `namespace` and `name`, joined back as
 `ns.name`: the tool map decodes every one of these spellings); every other output item
 (hosted tool calls, item types this gateway does not know) whole, at its
@@ -62,10 +63,10 @@ class ResponsesEventDecoder:
         self.done = False
         self.finished = False
         self._tier: str | None = None
-        # per backend output_index: [kind, arguments or input streamed so far, text seen]
-        self._calls: dict[int, list[Any]] = {}
-        self._index: dict[int, int] = {}  # backend output_index -> the call's own index
-        self._streamed: set[int] = set()  # output indexes whose text came in deltas
+        # per backend item (`_at`): [kind, arguments or input streamed so far, text seen]
+        self._calls: dict[Any, list[Any]] = {}
+        self._index: dict[Any, int] = {}  # backend item -> the call's own index
+        self._streamed: set[Any] = set()  # output indexes whose text came in deltas
 
     def decode(self, messages: list[bytes | SSEMessage]) -> list[Delta]:
         """The deltas of a batch of events; stops after an error or the terminal event."""
@@ -98,7 +99,7 @@ class ResponsesEventDecoder:
         if text_delta is not None:
             piece = obj.get("delta")
             if isinstance(piece, str) and piece:
-                self._streamed.add(_int(obj.get("output_index")))
+                self._streamed.add(_at(obj))
                 out.append(text_delta(piece))
         elif kind in (
             "response.function_call_arguments.delta",
@@ -116,21 +117,21 @@ class ResponsesEventDecoder:
 
     # -- calls --------------------------------------------------------------------------
 
-    def _own(self, output_index: int) -> int:
-        own = self._index.get(output_index)
+    def _own(self, at: Any) -> int:
+        own = self._index.get(at)
         if own is None:
-            own = self._index[output_index] = len(self._index)
+            own = self._index[at] = len(self._index)
         return own
 
     def _added(self, obj: dict[str, Any], out: list[Delta]) -> None:
-        item, at = obj.get("item"), _int(obj.get("output_index"))
+        item, at = obj.get("item"), _at(obj)
         if not isinstance(item, dict) or item.get("type") not in _CALLS:
             return
         self._calls[at] = [item["type"], "", False]
         out.append(ToolCallDelta(self._own(at), _str(item.get("call_id")) or None, _name(item)))
 
     def _call_piece(self, obj: dict[str, Any], out: list[Delta]) -> None:
-        at, piece = _int(obj.get("output_index")), obj.get("delta")
+        at, piece = _at(obj), obj.get("delta")
         call = self._calls.get(at)
         if call is None or not isinstance(piece, str) or not piece:
             return
@@ -139,7 +140,7 @@ class ResponsesEventDecoder:
             out.append(ToolCallDelta(self._own(at), arguments=piece))
 
     def _done(self, obj: dict[str, Any], out: list[Delta]) -> None:
-        item, at = obj.get("item"), _int(obj.get("output_index"))
+        item, at = obj.get("item"), _at(obj)
         if not isinstance(item, dict):
             return
         kind = item.get("type")
@@ -165,7 +166,7 @@ class ResponsesEventDecoder:
         else:  # a hosted call, or an item type this gateway does not know: whole
             out.append(WholeItem({**item, "id": new_id(_prefix(item))}))
 
-    def _call_done(self, at: int, item: dict[str, Any], out: list[Delta]) -> None:
+    def _call_done(self, at: Any, item: dict[str, Any], out: list[Delta]) -> None:
         call = self._calls.pop(at, None)
         if call is None:  # no `added` came for it: the whole call now
             call = [item["type"], "", False]
@@ -264,6 +265,17 @@ def _error(obj: dict[str, Any]) -> UpstreamError:
     if is_context_overflow(code, message) or is_context_overflow(_str(err.get("type")), ""):
         code = CONTEXT_OVERFLOW
     return UpstreamError(code, message)
+
+
+def _at(obj: dict[str, Any]) -> Any:
+    """Which backend item an event is about: its `output_index`, else (llama.cpp sends none)
+    the item's id."""
+    index = obj.get("output_index")
+    if isinstance(index, int) and not isinstance(index, bool):
+        return index
+    item = obj.get("item")
+    item_id = obj.get("item_id") or (item.get("id") if isinstance(item, dict) else None)
+    return item_id if isinstance(item_id, str) else 0
 
 
 def _name(item: dict[str, Any]) -> str:
