@@ -516,3 +516,25 @@ async def test_responses_mode_needs_an_upstream() -> None:
         from streamer.config import Settings
 
         check_settings(replace(Settings(), upstream_api="responses"))
+
+
+async def test_a_recording_of_a_responses_backend_replays_the_same(tmp_path: Any) -> None:
+    import io
+
+    from streamer.tap.replay import run_replay
+
+    tap = tmp_path / "tap"
+    async with _harness("ollama", "ollama", tap_dir=str(tap)) as gw, _sdk(gw) as client:
+        gw.backend.script(
+            [
+                *text_chunks(["a"]),
+                *tool_call_chunks(0, "c1", ["mcp__docs.search"], ["{}"]),
+                *CALL_END,
+            ]
+        )
+        await client.responses.create(model="m", input="hi", tools=TOOLS, stream=False)
+    (path,) = tap.iterdir()
+    args = build_parser().parse_args(["replay", str(path), "--compare", "--color", "never"])
+    out = io.StringIO()
+    assert await run_replay(args, out) == 0, out.getvalue()
+    assert '"namespace":"mcp__docs"' in path.read_text()
