@@ -538,3 +538,30 @@ async def test_a_recording_of_a_responses_backend_replays_the_same(tmp_path: Any
     out = io.StringIO()
     assert await run_replay(args, out) == 0, out.getvalue()
     assert '"namespace":"mcp__docs"' in path.read_text()
+
+
+async def test_compaction_is_the_gateways_over_a_responses_backend() -> None:
+    from streamer.compaction import HANDOVER_PROMPT, SUMMARY_HEADING
+
+    history = [
+        {"type": "message", "role": "user", "content": "Fix the parser"},
+        {"type": "function_call", "call_id": "c1", "name": "exec_command", "arguments": "{}"},
+        {"type": "function_call_output", "call_id": "c1", "output": "ok"},
+    ]
+    async with _harness("vllm", "vllm") as gw, _sdk(gw) as client:
+        gw.backend.script(
+            [*text_chunks(["Goal: ship ", "the parser."]), finish("stop"), usage(50, 9), DONE],
+            [*text_chunks(["next"]), finish("stop"), DONE],
+        )
+        compacted = await client.responses.compact(model="m", input=history)  # type: ignore[arg-type]
+        *_, item = compacted.output
+        assert item.type == "compaction"
+        sent = gw.backend.requests[-1]
+        assert "tools" not in sent and sent["store"] is False
+        assert sent["input"][-1] == {"type": "message", "role": "user", "content": HANDOVER_PROMPT}
+        replay = [i.model_dump(exclude_none=True, warnings=False) for i in compacted.output]
+        replay.append({"type": "message", "role": "user", "content": "Now add tests."})
+        answer = await client.responses.create(model="m", input=replay)  # type: ignore[arg-type]
+        assert answer.output_text == "next"
+        texts = [str(i.get("content")) for i in gw.backend.requests[-1]["input"]]
+        assert any(SUMMARY_HEADING in t and "Goal: ship the parser." in t for t in texts)
