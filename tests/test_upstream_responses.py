@@ -565,3 +565,20 @@ async def test_compaction_is_the_gateways_over_a_responses_backend() -> None:
         assert answer.output_text == "next"
         texts = [str(i.get("content")) for i in gw.backend.requests[-1]["input"]]
         assert any(SUMMARY_HEADING in t and "Goal: ship the parser." in t for t in texts)
+
+
+async def test_background_mode_over_a_responses_backend() -> None:
+    async with _harness("openai", "openai") as gw, _sdk(gw) as client:
+        gw.backend.script([*tool_call_chunks(0, "c1", ["mcp__docs.search"], ["{}"]), *CALL_END])
+        stream = await client.responses.create(
+            model="m", input="hi", tools=TOOLS, background=True, stream=True
+        )
+        events = [event async for event in stream]
+        assert events[0].type == "response.queued" and events[-1].type == "response.completed"
+        stored = await client.responses.retrieve(events[-1].response.id)
+        (call,) = stored.output
+        assert (stored.status, call.namespace, call.name) == ("completed", "mcp__docs", "search")  # type: ignore[union-attr]
+        assert (
+            gw.backend.requests[-1]["store"] is False
+            and "background" not in gw.backend.requests[-1]
+        )
