@@ -8,6 +8,7 @@ request (streamer/core/responses_lowering.py) with the backend's tool capabiliti
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from functools import partial
@@ -22,6 +23,7 @@ from streamer.core.tools import ResponsesToolNames
 Lower = Callable[
     [Mapping[str, Any], list[dict[str, Any]], ResponsesToolNames, LoweringOptions], dict[str, Any]
 ]
+log = logging.getLogger("streamer.backend_api")
 APIS = ("chat", "responses")
 # A compaction turn asks for a summary in plain text: no tools, no format.
 _COMPACTION_DROPPED = ("tools", "tool_choice", "parallel_tool_calls", "text")
@@ -61,7 +63,14 @@ def responses_api(tools: BackendTools) -> BackendApi:
         names: ResponsesToolNames,
         options: LoweringOptions,
     ) -> dict[str, Any]:
-        return lower_responses(request, items, names, options, tools)
+        body = lower_responses(request, items, names, options, tools)
+        left_out = _left_out(request, body)
+        if left_out:  # echoed to the client, but nobody runs them: the log says so
+            log.info(
+                "hosted tools left out (the backend does not run them, --backend-profile): %s",
+                ", ".join(left_out),
+            )
+        return body
 
     return BackendApi(
         "responses",
@@ -69,6 +78,15 @@ def responses_api(tools: BackendTools) -> BackendApi:
         partial(_responses_compaction, tools),
         ("instructions", "input", "tools"),
     )
+
+
+def _left_out(request: Mapping[str, Any], body: Mapping[str, Any]) -> list[str]:
+    """The hosted tool types of `request` that the backend request does not carry."""
+    client = {"function", "custom", "namespace", "local_shell"}
+    asked = {t.get("type") for t in request.get("tools") or () if isinstance(t, Mapping)}
+    sent = {t.get("type") for t in body.get("tools") or ()}
+    hosted = {t for t in asked if isinstance(t, str) and t not in client}
+    return sorted(hosted - sent - {"tool_search"})
 
 
 def backend_api(name: str, tools: BackendTools) -> BackendApi:

@@ -582,3 +582,20 @@ async def test_background_mode_over_a_responses_backend() -> None:
             gw.backend.requests[-1]["store"] is False
             and "background" not in gw.backend.requests[-1]
         )
+
+
+def test_hosted_tools_left_out_are_logged(caplog: pytest.LogCaptureFixture) -> None:
+    from streamer.backend_api import responses_api
+
+    request = {"model": "m", "tools": TOOLS}
+    api = responses_api(PROFILES["llamacpp"])
+    with caplog.at_level("INFO", logger="streamer.backend_api"):
+        sent = api.lower(request, [], ResponsesToolNames.convert(TOOLS), LoweringOptions())
+    assert "web_search" not in {t["type"] for t in sent["tools"]}
+    assert "hosted tools left out" in caplog.text and "web_search" in caplog.text
+    caplog.clear()
+    with caplog.at_level("INFO", logger="streamer.backend_api"):
+        responses_api(PROFILES["openai"]).lower(
+            request, [], ResponsesToolNames.convert(TOOLS), LoweringOptions()
+        )
+    assert "left out" not in caplog.text
