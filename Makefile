@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed
 HOST ?= 127.0.0.1
 PORT ?= 8080
 
-.PHONY: run test test-backends llamacpp lint format install codex redis bench bench-quick soak fuzz clean
+.PHONY: run test test-backends compliance llamacpp lint format install codex aisdk redis bench bench-quick soak fuzz clean
 
 $(STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -29,6 +29,10 @@ test: $(STAMP)
 test-backends: $(STAMP)
 	$(BIN)/pytest -q -m backends tests/backends
 
+## The Open Responses compliance tests and the spec checks alone (`make test` runs them too).
+compliance: $(STAMP)
+	$(BIN)/pytest -q tests/test_openresponses_compliance.py tests/test_conformance.py
+
 lint: $(STAMP)
 	$(BIN)/ruff check streamer tests bench
 	$(BIN)/ruff format --check streamer tests bench
@@ -41,6 +45,9 @@ format: $(STAMP)
 ## Optional real clients and servers used by some tests (tests skip without them).
 codex:
 	bash scripts/install-codex.sh
+
+aisdk:
+	bash scripts/install-aisdk.sh
 
 llamacpp:
 	bash scripts/build-llamacpp.sh

@@ -310,7 +310,7 @@ def check_settings(settings: Settings) -> None:
 
 
 def create_app(settings: Settings) -> web.Application:
-    from streamer.frontends import conversations, http, retrieval, websocket
+    from streamer.frontends import conversations, http, input_tokens, retrieval, websocket
 
     check_settings(settings)
     front = FrontDoor(settings.max_client_connections, settings.client_header_timeout)
@@ -336,6 +336,7 @@ def create_app(settings: Settings) -> web.Application:
     http.add_routes(app)
     retrieval.add_routes(app)
     conversations.add_routes(app)
+    input_tokens.add_routes(app)  # POST /v1/responses/input_tokens
     app.on_shutdown.append(_finish_shutdown)  # last: after the WebSocket sessions closed
     return app
 

@@ -284,8 +284,8 @@ SETTINGS: tuple[Setting, ...] = (
         "--file-parts",
         "file_parts",
         None,
-        "Send input_file parts (in messages and tool outputs) as Chat file parts; else a note "
-        "in the text. Unset: the profile's (generic: false; openai, openrouter: true).",
+        "Send input_file parts (in messages and tool outputs) as Chat file parts; off: such a "
+        "part is a 400. Unset: the profile's (generic: true; llamacpp, vllm, ollama: false).",
         _bool,
     ),
     Setting(

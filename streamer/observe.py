@@ -38,6 +38,7 @@ async def observed(
     active.inc()
     quiet.started()
     first = True
+    refused = False
     try:
         async with contextlib.aclosing(
             stream_events(turn, upstream, on_raw=on_raw, on_request=on_request)
@@ -54,6 +55,7 @@ async def observed(
         metrics.backend_errors.labels(str(exc.code or exc.status)).inc()
         if recorder is not None and own:
             recorder.error(exc.status, exc.body())
+        refused = True
         raise
     finally:
         active.dec()
@@ -61,6 +63,8 @@ async def observed(
         status = turn.response["status"]
         if not turn.streamer.done:  # refused before any event, or the client went away
             status = "refused" if first else "abandoned"
+            if recorder is not None and own and not refused:  # the recording says why it stops
+                recorder.abandoned()
         metrics.child(metrics.duration, status).observe(time.monotonic() - started)
         error = turn.response.get("error")
         if status == "failed" and error:

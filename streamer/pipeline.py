@@ -32,6 +32,7 @@ from streamer.core.deltas import Usage
 from streamer.core.errors import RequestError, invalid
 from streamer.core.events import Event
 from streamer.core.lowering import LoweringOptions, normalize_input
+from streamer.core.media_parts import check_media
 from streamer.core.output import OutputItemStreamer
 from streamer.core.output_items import SUMMARIES, OutputLimits
 from streamer.core.request_fields import check_fields, echo_applied
@@ -140,6 +141,8 @@ _TYPES: tuple[tuple[str, type | tuple[type, ...], str], ...] = (
     ("max_output_tokens", int, "an integer"),
     ("temperature", (int, float), "a number"),
     ("top_p", (int, float), "a number"),
+    ("presence_penalty", (int, float), "a number"),
+    ("frequency_penalty", (int, float), "a number"),
     # echoed into the Response as sent: a wrong type would make the Response itself invalid
     ("truncation", str, "a string"),
     ("service_tier", str, "a string"),
@@ -158,6 +161,8 @@ _TYPES: tuple[tuple[str, type | tuple[type, ...], str], ...] = (
     ("text.verbosity", str, "a string"),
 )
 _TRUNCATION = ("auto", "disabled")
+# Numbers OpenAI bounds, with its bounds (a value outside is a 400 naming the field).
+_RANGES = (("presence_penalty", -2.0, 2.0), ("frequency_penalty", -2.0, 2.0))
 _FORMATS = ("text", "json_object", "json_schema")
 # Parameters that need OpenAI-hosted state this gateway does not have.
 _UNSUPPORTED = (
@@ -222,6 +227,24 @@ def _check_format(fmt: dict[str, Any]) -> None:
         )
 
 
+def _check_ranges(body: dict[str, Any]) -> None:
+    """Numbers within OpenAI's bounds, with its message and code (types are checked first)."""
+    for name, low, high in _RANGES:
+        value = body.get(name)
+        if value is not None and value < low:
+            what, bound, code = "below minimum", f">= {low:g}", "decimal_below_min_value"
+        elif value is not None and value > high:
+            what, bound, code = "above maximum", f"<= {high:g}", "decimal_above_max_value"
+        else:
+            continue
+        raise invalid(
+            f"Invalid '{name}': decimal {what} value. "
+            f"Expected a value {bound}, but got {value} instead.",
+            name,
+            code,
+        )
+
+
 def validate_request(body: Any, *, model_required: bool = True) -> dict[str, Any]:
     """Top-level shape checks with OpenAI's messages and `param` names."""
     if not isinstance(body, dict):
@@ -246,6 +269,7 @@ def validate_request(body: Any, *, model_required: bool = True) -> dict[str, Any
             "reasoning.summary",
             "invalid_value",
         )
+    _check_ranges(body)
     fmt = _field(body, "text.format")
     if fmt is not None:
         _check_format(fmt)
@@ -282,6 +306,7 @@ def prepare(
     # null means "not given" in OpenAI's API: the Response echoes the default, never null
     request = {k: v for k, v in request.items() if v is not None}
     new_items = normalize_input(request.get("input", []))
+    check_media(new_items, file_parts=options.lowering.file_parts)
     items = [*history, *new_items] if history else new_items
     if len(items) > options.max_input_items:
         raise invalid(

@@ -2,7 +2,8 @@
 
 One file per response: the client's request, the lowered backend request, every raw
 chunk the backend sent, and every event sent to the client, each line with a timestamp
-(`t`, seconds since the exchange began) and a `kind`. No headers are recorded, so API
+(`t`, seconds since the exchange began) and a `kind`; an `error` line when the client was
+answered with an error instead, an `abandoned` line when the client left mid-turn. No headers are recorded, so API
 keys and `Authorization` values cannot end up here.
 
 Backend chunks are recorded exactly: `data` is the read as text when it is valid UTF-8,
@@ -60,6 +61,10 @@ class ExchangeRecorder:
 
     def error(self, status: int, body: Any) -> None:
         self._line("error", status=status, body=body)
+
+    def abandoned(self) -> None:
+        """The turn ended before its terminal event with no error answered: the client left."""
+        self._line("abandoned")
 
     def close(self) -> None:
         if self._file is not None:

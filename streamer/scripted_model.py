@@ -6,8 +6,8 @@ model server. It is stateless: every answer is decided from the chat request alo
 
 - The last message is a `tool` result -> a text answer quoting it.
 - The last user message mentions a provided tool (its flat name, or the tail after the last
-  `__`, as a word) -> a call to it, arguments filled from its JSON schema; two mentioned
-  tools -> two parallel calls.
+  `__`, as a word; failing both, the tail's last `_` word: `get_weather` -> `weather`) -> a
+  call to it, arguments filled from its JSON schema; two mentioned tools -> two parallel calls.
 - Otherwise -> `You said: <message>`, word by word, after a short `reasoning_content` when
   the request carries `reasoning_effort`.
 """
@@ -114,6 +114,12 @@ def _mentioned_tools(
         if pos >= 0:
             hits[flat] = (pos, flat, params)
             taken_tails.add(tail.lower())
+    if not hits:  # the weakest mention: the name's last word ("weather" for get_weather)
+        for flat, params in tools:
+            word = _tail(flat).rsplit("_", 1)[-1]
+            pos = _mention(text, word) if len(word) >= 4 else -1
+            if pos >= 0:
+                return [(pos, flat, params)]
     return sorted(hits.values(), key=lambda h: h[0])
 
 

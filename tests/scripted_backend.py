@@ -152,6 +152,7 @@ class ScriptedBackend:
         self.responder = responder
         self.models = models or [MODEL]
         self.model_fields = model_fields or {}  # more fields of every /v1/models entry
+        self.tokenizer_status = 200  # another status: /tokenize and /apply-template fail
         self.stream_headers = stream_headers or {
             "Content-Type": "text/event-stream",
             "Cache-Control": "no-cache",
@@ -166,6 +167,9 @@ class ScriptedBackend:
         app = web.Application(client_max_size=64 << 20)
         app.router.add_post("/v1/chat/completions", self._chat)
         app.router.add_get("/v1/models", self._models)
+        # a tokenizer as llama.cpp, vLLM and SGLang serve it, beside /v1 (see _tokenize)
+        app.router.add_post("/tokenize", self._tokenize)
+        app.router.add_post("/apply-template", self._apply_template)
         # handler_cancellation: a client that goes away cancels the handler at once,
         # which is how a sleeping script notices the disconnect
         self._runner = web.AppRunner(app, handler_cancellation=True, access_log=None)
@@ -207,6 +211,32 @@ class ScriptedBackend:
         if self.responder is not None:
             return list(self.responder(body))
         return list(self.default_script)
+
+    @staticmethod
+    def render(messages: list[dict[str, Any]]) -> str:
+        """The scripted chat template: `<|role|> content` per message, then the prompt."""
+        parts = [f"<|{m.get('role')}|> {m.get('content') or ''}" for m in messages]
+        return " ".join([*parts, "<|assistant|>"])
+
+    async def _apply_template(self, request: web.Request) -> web.Response:
+        body = await request.json()
+        self.records.append(BackendRequest(request.path, body, CIMultiDict(request.headers)))
+        if self.tokenizer_status != 200:
+            return web.json_response({"error": "no tokenizer"}, status=self.tokenizer_status)
+        return web.json_response({"prompt": self.render(body["messages"])})
+
+    async def _tokenize(self, request: web.Request) -> web.Response:
+        """One token a whitespace-separated word: of `content`/`prompt` (llama.cpp, SGLang:
+        text), or of the rendered `messages` (vLLM: the template applied here)."""
+        body = await request.json()
+        self.records.append(BackendRequest(request.path, body, CIMultiDict(request.headers)))
+        if self.tokenizer_status != 200:
+            return web.json_response({"error": "no tokenizer"}, status=self.tokenizer_status)
+        if "messages" in body:
+            n = len(self.render(body["messages"]).split())
+            return web.json_response({"count": n, "tokens": list(range(n)), "max_model_len": 4096})
+        text = body.get("content", body.get("prompt", ""))
+        return web.json_response({"tokens": list(range(len(text.split())))})
 
     async def _models(self, request: web.Request) -> web.Response:
         self.records.append(BackendRequest(request.path, None, CIMultiDict(request.headers)))

@@ -30,4 +30,4 @@ async def test_a_cancel_ends_a_turn_nobody_runs_after_the_set_wait() -> None:
             assert reply.status == 200
             body = await reply.json()
     assert body["status"] == "cancelled"
-    assert body["error"]["code"] == "cancelled"
+    assert body["error"] is None  # as OpenAI's cancelled responses

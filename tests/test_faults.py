@@ -200,7 +200,11 @@ async def ws_read_turn(
             check_ws_frame(data, validate=validate)
             if data["type"] == "error":
                 assert not events, "an error event in the middle of a turn"
-                return Outcome(data["status"], data["error"]["code"], events=[data], via="ws")
+                # a WebSocket error always has a code (the spec's): its type's when it has
+                # none of its own, which is the HTTP error's null code
+                error = data["error"]
+                code = None if error["code"] == error["type"] else error["code"]
+                return Outcome(data["status"], code, events=[data], via="ws")
             events.append(data)
             if data["type"] in TERMINAL:
                 break

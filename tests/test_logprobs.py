@@ -59,14 +59,9 @@ SCRIPT = [
 
 
 def _brief(entry: dict[str, Any]) -> dict[str, Any]:
-    """An entry as the delta/done events carry it (the SDK's `Logprob`: no bytes)."""
-    return {
-        "token": entry["token"],
-        "logprob": entry["logprob"],
-        "top_logprobs": [
-            {"token": t["token"], "logprob": t["logprob"]} for t in entry["top_logprobs"]
-        ],
-    }
+    """An entry as the delta/done events carry it: whole, `bytes` included (Open Responses
+    requires them; the SDK's `Logprob` has no such field and ignores it)."""
+    return entry
 
 
 # -- decoding -----------------------------------------------------------------------------

@@ -76,18 +76,10 @@ MATRIX: list[Any] = [
     ("frequency_penalty", {}, {"frequency_penalty": 0.5}, {"frequency_penalty": 0.5}, (), {}),
     ("presence_penalty", {}, {"presence_penalty": -0.5}, {"presence_penalty": -0.5}, (), {}),
 ]  # fmt: skip
-_CONFORM = "penalties are forwarded by the s22-conform branch"
 
 
 def _rows() -> list[Any]:
-    return [
-        pytest.param(
-            *row[1:],
-            id=row[0],
-            marks=[pytest.mark.xfail(reason=_CONFORM)] if "penalty" in row[0] else [],
-        )
-        for row in MATRIX
-    ]
+    return [pytest.param(*row[1:], id=row[0]) for row in MATRIX]
 
 
 def _echoed(response: Any, path: str) -> Any:

@@ -332,3 +332,21 @@ async def test_models_and_bad_requests(session) -> None:
     async with client.post(f"{base}/chat/completions", json={"model": "m"}) as resp:
         assert resp.status == 400
         assert (await resp.json())["error"]["param"] == "messages"
+
+
+def test_a_tool_is_called_by_the_last_word_of_its_name_when_nothing_else_matches() -> None:
+    """The compliance suite's "What's the weather like in San Francisco?" calls get_weather;
+    a fuller mention wins, and a short last word (`ls` of `dir_ls`) is never enough."""
+    from streamer.scripted_model import plan_reply
+
+    def tool(name: str) -> dict[str, object]:
+        return {"type": "function", "function": {"name": name, "parameters": {"type": "object"}}}
+
+    def called(text: str, *names: str) -> list[str]:
+        body = {"messages": [{"role": "user", "content": text}], "tools": [tool(n) for n in names]}
+        return [call.name for call in plan_reply(body).calls]
+
+    assert called("What's the weather like in San Francisco?", "get_weather") == ["get_weather"]
+    assert called("run forecast_weather", "get_weather", "forecast_weather") == ["forecast_weather"]
+    assert called("list the ls output", "dir_ls") == []
+    assert called("Say hello.", "get_weather") == []

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 from harness import GatewayHarness
-from openai import AsyncOpenAI
+from openai import AsyncOpenAI, BadRequestError
 
 from streamer.core.lowering import TOOL_MEDIA_MARK
 
@@ -136,14 +136,30 @@ async def test_images_come_before_a_later_developer_message(gw: GatewayHarness) 
     assert messages[0]["content"] == "Be brief.\n\nSandbox changed."
 
 
-async def test_files_are_notes_for_a_backend_without_file_input(gw: GatewayHarness) -> None:
+async def refused(gw: GatewayHarness, items: list[Any]) -> Any:
+    """The 400 for one SDK request with `items` as input; the backend saw nothing."""
+    seen = len(gw.backend.requests)
+    async with AsyncOpenAI(base_url=gw.url, api_key="k", max_retries=0) as client:
+        with pytest.raises(BadRequestError) as caught:
+            await client.responses.create(model="m", input=items, tools=[VIEW])
+    assert len(gw.backend.requests) == seen
+    return caught.value.body
+
+
+async def test_a_file_for_a_backend_without_file_input_is_a_400() -> None:
+    async with GatewayHarness(backend_profile="llamacpp") as gw:
+        await _refused_files(gw)
+
+
+async def _refused_files(gw: GatewayHarness) -> None:
     items = [{"role": "user", "content": "Read"}, call("c"), output("c", text("ok"), pdf())]
-    messages = await sent_messages(gw, items)
-    assert roles(messages) == ["user", "assistant", "tool"]
-    assert messages[2]["content"] == "ok\n[file omitted: report.pdf; the backend takes no files]"
+    error = await refused(gw, items)
+    assert error["param"] == "input[2].output[1]" and "--file-parts" in error["message"]
+    user_file = [{"role": "user", "content": [{"type": "input_text", "text": "Read"}, pdf()]}]
+    assert (await refused(gw, user_file))["param"] == "input[0].content[1]"
 
 
-@pytest.mark.parametrize("how", [{"file_parts": True}, {"backend_profile": "openai"}])
+@pytest.mark.parametrize("how", [{}, {"file_parts": True}, {"backend_profile": "openai"}])
 async def test_files_go_as_file_parts_where_the_backend_takes_them(how: dict[str, Any]) -> None:
     async with GatewayHarness(**how) as gw:
         items = [{"role": "user", "content": "Read"}, call("c"), output("c", pdf(), image())]
@@ -158,12 +174,11 @@ async def test_files_go_as_file_parts_where_the_backend_takes_them(how: dict[str
     ]
 
 
-async def test_an_image_without_url_stays_a_note(gw: GatewayHarness) -> None:
-    items = [
-        {"role": "user", "content": "Look"},
-        call("c"),
-        output("c", {"type": "input_image", "file_id": "file-1"}),
-    ]
-    messages = await sent_messages(gw, items)
-    assert roles(messages) == ["user", "assistant", "tool"]  # nothing to attach
-    assert messages[2]["content"] == "[image omitted: file file-1]"
+async def test_an_image_by_file_id_or_a_file_by_url_is_a_400(gw: GatewayHarness) -> None:
+    by_id = {"type": "input_image", "file_id": "file-1"}
+    items = [{"role": "user", "content": "Look"}, call("c"), output("c", by_id)]
+    error = await refused(gw, items)
+    assert error["param"] == "input[2].output[0]" and "file_id" in error["message"]
+    by_url = {"type": "input_file", "file_url": "https://x/report.pdf"}
+    error = await refused(gw, [{"role": "user", "content": [by_url]}])
+    assert error["param"] == "input[0].content[0]" and "file_url" in error["message"]

@@ -190,6 +190,7 @@ def same_route(found: ToolIdentity, ns: str | None, name: str) -> bool:
         found.namespace == ns
         or {found.namespace, ns} <= {None, "functions"}
         or (found.namespace is None and ns == name)
+        or (found.namespace == name and ns is None)  # a deferred top-level function
     )
 
 

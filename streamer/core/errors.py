@@ -38,8 +38,12 @@ class RequestError(Exception):
         return {"error": self.details()}
 
     def ws_event(self) -> dict[str, Any]:
-        """The WebSocket error event: details nested, HTTP status beside them."""
-        return {"type": "error", "status": self.status, "error": self.details()}
+        """The WebSocket error event: details nested, HTTP status beside them. The spec's
+        WebSocket error always has a `code`: an error without its own has its type's."""
+        details = self.details()
+        if details["code"] is None:
+            details["code"] = self.type
+        return {"type": "error", "status": self.status, "error": details}
 
     def __repr__(self) -> str:
         return f"RequestError({self.status}, {self.message!r}, param={self.param!r}, code={self.code!r})"

@@ -81,7 +81,7 @@ class LoweringOptions:
     """The reasoning efforts the backend takes (None: any); others map to the nearest."""
     drop: frozenset[str] = frozenset({"user"})
     """Chat parameters left out of the request (the backend rejects them)."""
-    file_parts: bool = False
+    file_parts: bool = True
     """`input_file` parts go to the backend as Chat `file` parts; else a note in the text."""
     accepts: frozenset[str] = frozenset({"logprobs"})
     """Optional Chat parameters the backend takes (`request_fields.OPTIONAL_PARAMS`)."""
@@ -460,7 +460,7 @@ def _sampling(request: Mapping[str, Any], options: LoweringOptions) -> dict[str,
     out: dict[str, Any] = {}
     if request.get("max_output_tokens") is not None:
         out[options.max_tokens_field] = request["max_output_tokens"]
-    for key in ("temperature", "top_p"):
+    for key in ("temperature", "top_p", "presence_penalty", "frequency_penalty"):
         if request.get(key) is not None:
             out[key] = request[key]
     text = request.get("text")

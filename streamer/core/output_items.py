@@ -276,17 +276,10 @@ def new_call_item(
 
 
 def brief_logprobs(logprobs: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Logprobs as the delta and done events carry them (`ResponseTextDeltaEvent.Logprob`: no bytes)."""
-    return [
-        {
-            "token": lp["token"],
-            "logprob": lp["logprob"],
-            "top_logprobs": [
-                {"token": t["token"], "logprob": t["logprob"]} for t in lp["top_logprobs"]
-            ],
-        }
-        for lp in logprobs
-    ]
+    """Logprobs as the delta and done events carry them: the part's own entries. The SDK's
+    `ResponseTextDeltaEvent.Logprob` has no `bytes` (it ignores them); Open Responses
+    requires them, on each entry and each alternative."""
+    return logprobs
 
 
 def part_done(

@@ -7,6 +7,8 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
+from streamer.core.echo import echo_text, echo_tools
+
 # Request fields the Response echoes as sent, with the spec's default when absent.
 _ECHOED: tuple[tuple[str, Any], ...] = (
     ("instructions", None),
@@ -23,6 +25,8 @@ _ECHOED: tuple[tuple[str, Any], ...] = (
     ("truncation", "disabled"),
     ("user", None),
     ("conversation", None),
+    ("presence_penalty", 0.0),
+    ("frequency_penalty", 0.0),
 )
 
 
@@ -50,6 +54,7 @@ def new_response(
     """
     reasoning = request.get("reasoning")
     text = request.get("text")
+    # tools and text.format: normalised as OpenAI echoes them (streamer/core/echo.py)
     response: dict[str, Any] = {
         "id": response_id or new_id("resp"),
         "object": "response",
@@ -63,7 +68,7 @@ def new_response(
         "output": [],
         "parallel_tool_calls": request.get("parallel_tool_calls", True) is not False,
         "tool_choice": request.get("tool_choice", "auto"),
-        "tools": list(request.get("tools") or []),
+        "tools": echo_tools(request.get("tools")),
         "metadata": request.get("metadata") or {},
         "reasoning": {
             "effort": (reasoning or {}).get("effort"),
@@ -71,10 +76,7 @@ def new_response(
         },
         "service_tier": request.get("service_tier") or "default",
         "store": request.get("store", True) is not False,
-        "text": {
-            "format": (text or {}).get("format") or {"type": "text"},
-            "verbosity": (text or {}).get("verbosity") or "medium",
-        },
+        "text": echo_text(text),
         "usage": None,
     }
     for field, default in _ECHOED:

@@ -130,7 +130,7 @@ def _collect(lst: Sequence[Any], base: str, out: list[Decl], seen: set[_Key]) ->
             raise invalid("A tool must be an object.", p)
         kind = tool.get("type")
         if kind in ("function", "custom"):
-            _member(tool, None, None, p, local, out, seen)
+            _member(tool, _own_namespace(tool), None, p, local, out, seen)
         elif kind == "namespace":
             _namespace(tool, p, local, out, seen)
         elif kind == "tool_search":
@@ -141,6 +141,17 @@ def _collect(lst: Sequence[Any], base: str, out: list[Decl], seen: set[_Key]) ->
         elif not isinstance(kind, str):
             raise invalid("A tool needs a string 'type'.", f"{p}.type")
         # Any other type is a hosted tool: echoed to the client, never sent to the backend.
+
+
+def _own_namespace(tool: Mapping[str, Any]) -> str | None:
+    """A deferred top-level function's own name, else None (a top-level tool has no namespace).
+
+    OpenAI calls a deferred top-level function (one loaded by tool search) with `namespace`
+    equal to its name, and the Agents SDK routes such a call only in that form.
+    """
+    name = tool.get("name")
+    deferred = tool.get("type") == "function" and tool.get("defer_loading") is True
+    return name if deferred and isinstance(name, str) and name else None
 
 
 def _namespace(

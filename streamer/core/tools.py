@@ -154,7 +154,7 @@ class ResponsesToolNames:
 
     def _preferred(self, ident: ToolIdentity) -> str:
         ns, name = ident.namespace, ident.name
-        if ns is None:
+        if ns is None or ns == name:  # ns == name: a deferred top-level function
             return name
         style = self._config.style
         if style == "codex":
@@ -214,7 +214,7 @@ class ResponsesToolNames:
         if ns is not None and ns == name:  # deferred top-level function loaded by search
             namespaces.append(None)
         if ns is None:
-            namespaces.append(DEFAULT_NAMESPACE)
+            namespaces.extend((DEFAULT_NAMESPACE, name))  # name: a deferred top-level function
         elif ns == DEFAULT_NAMESPACE:
             namespaces.append(None)
         kinds: list[ToolKind] = [kind, *(k for k in _CALL_KINDS if k != kind)]

@@ -275,7 +275,7 @@ async def _end_orphan(store: ResponseStore, response_id: str, last: int) -> None
     if response.get("status") not in RUNNING:
         return
     response["status"] = "cancelled"
-    response["error"] = {"code": "cancelled", "message": "The response was cancelled."}
+    response["error"] = None  # as OpenAI's cancelled responses: the status says it
     response["usage"] = response.get("usage") or usage_object()
     await store.put(record)
     event = {"type": "response.failed", "response": response, "sequence_number": last + 1}
@@ -323,6 +323,12 @@ async def _unfinished(store: ResponseStore, response_id: str) -> tuple[str, str]
     return None
 
 
-def _error_event(seq: int, code: str, message: str) -> bytes:
+def error_event(seq: int, code: str, message: str) -> dict[str, Any]:
+    """The SSE `error` event in OpenAI's flat form (the spec nests the fields in `error`,
+    but the OpenAI SDK raises on an `error` event with an `error` object in it)."""
     error = {"type": "error", "code": code, "message": message, "param": None}
-    return sse.encode(Event("error", orjson.dumps({**error, "sequence_number": seq})))
+    return {**error, "sequence_number": seq}
+
+
+def _error_event(seq: int, code: str, message: str) -> bytes:
+    return sse.encode(Event("error", orjson.dumps(error_event(seq, code, message))))

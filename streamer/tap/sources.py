@@ -125,6 +125,13 @@ class _Decoder:
         if kind == "client_request" and source.request is None:
             body = obj.get("body", obj.get("request"))
             source.request = body if isinstance(body, dict) else None
+        if kind == "abandoned":
+            source.abandoned = True
+            source.note = "the client went away before the terminal event (abandoned)"
+        if kind == "error":  # answered with an error instead of a stream: as the error event
+            body = obj.get("body")
+            error = body.get("error") if isinstance(body, dict) else body
+            return [Arrival(t, {"type": "error", "status": obj.get("status"), "error": error})]
         if kind != "client_event":
             return []
         event = obj.get("event", obj.get("data"))
@@ -165,6 +172,7 @@ class Source:
         self.format: str | None = None
         self.request: dict[str, Any] | None = None  # found in a recording
         self.note: str | None = None  # a transport failure after the stream started
+        self.abandoned = False  # a recording of a turn its client left before the end
         scheme = spec.split("://", 1)[0].lower() if "://" in spec else ""
         if scheme in ("http", "https"):
             self.kind = "http"

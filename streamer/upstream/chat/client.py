@@ -350,6 +350,38 @@ class ChatUpstream:
         finally:
             resp.release()  # kept if the whole body is in, else cut
 
+    async def post_json(
+        self,
+        path: str,
+        body: dict[str, Any],
+        *,
+        headers: dict[str, str] | None = None,
+        client: str = "",
+    ) -> tuple[int, bytes]:
+        """POST `body` to `path` from the server's root (the base URL less a trailing `/v1`):
+        a backend's own routes such as `/tokenize`. Status and body (at most
+        `JSON_BODY_LIMIT` bytes) as they came; bounded by the idle timeout."""
+        root = self._path[:-3] if self._path.endswith("/v1") else self._path
+        data = orjson.dumps(body)
+        pool = self.pool_for(client)
+        asked = {**_CHAT_HEADERS, "Accept": "application/json", **(headers or {})}
+        merged = self._headers(asked, pool)
+        head = pool.head("POST", root + path, merged, len(data))
+        timeout = min(self.idle_timeout, 30)
+        raw_resp = await self._request(pool, head + data, timeout, timeout)
+        resp: Response | DecodedResponse = raw_resp
+        try:
+            resp = self._decoding(raw_resp)
+            return resp.status, await resp.read_all(JSON_BODY_LIMIT)
+        except TimeoutError:
+            raise self._timed_out() from None
+        except ContentCodingError as exc:
+            raise self._undecodable(exc) from None
+        except (HTTPClientError, OSError):
+            raise self._closed_early("answering") from None
+        finally:
+            resp.release()
+
     async def ping(self) -> bool:
         """Readiness: the backend answers `GET /models` with anything but a 5xx."""
         try:

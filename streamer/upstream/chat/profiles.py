@@ -40,11 +40,12 @@ class BackendProfile:
     max_tokens_field: Literal["max_tokens", "max_completion_tokens"] = "max_tokens"
     drop: frozenset[str] = frozenset({"user"})
     """Chat parameters never sent to this backend (`stream_options`: no usage asked)."""
-    file_parts: bool = False
-    """Takes Chat `file` content parts (`file_data`/`file_id` + `filename`); else `input_file`
-    becomes a note. OpenAI: the Chat `file` part (platform.openai.com/docs/guides/pdf-files);
-    OpenRouter: PDFs as `file` parts (openrouter.ai/docs/features/multimodal/pdfs); llama.cpp,
-    vLLM and Ollama take images but no `file` part type."""
+    file_parts: bool = True
+    """Takes Chat `file` content parts (`file_data`/`file_id` + `filename`); else an
+    `input_file` in the request is a 400 (generic passes them on: the backend decides).
+    OpenAI: the Chat `file` part (platform.openai.com/docs/guides/pdf-files); OpenRouter:
+    PDFs as `file` parts (openrouter.ai/docs/features/multimodal/pdfs); llama.cpp, vLLM and
+    Ollama take images but no `file` part type."""
     reasoning_replay: ReasoningReplay = "reasoning_content"
     """The assistant message field that earlier turns' readable reasoning goes back in
     (`off`: not replayed). DeepSeek, Kimi and GLM reject a tool loop without it."""
@@ -52,6 +53,9 @@ class BackendProfile:
     """Optional Chat parameters the backend takes (streamer/core/request_fields.py):
     `logprobs`, `verbosity`, `service_tier`, `metadata`, and a cache hint named
     `prompt_cache_key` or `cache_salt`; a request field it does not take is not sent."""
+    tokenizer: str | None = None
+    """How the backend counts a prompt's tokens (a row of `tokenize.TOKENIZERS`), for
+    `/v1/responses/input_tokens`; None: the count is estimated."""
 
 
 PROFILES: dict[str, BackendProfile] = {
@@ -88,25 +92,33 @@ PROFILES: dict[str, BackendProfile] = {
         # an input message is silently dropped (vllm-project/vllm#27752 renamed the field,
         # #38488 the input side that only reads `reasoning`).
         BackendProfile(
-            "vllm", tool_choice_object=True, drop=frozenset(), reasoning_replay="reasoning"
+            "vllm",
+            tool_choice_object=True,
+            drop=frozenset(),
+            reasoning_replay="reasoning",
+            file_parts=False,
+            tokenizer="vllm",
         ),
         # SGLang: named tool_choice through constrained decoding (docs.sglang.ai "Tool
         # Parser"); reasoning_effort low/medium/high, and replayed reasoning read from the
         # assistant message's `reasoning_content` (ChatCompletionMessageGenericParam in
         # sglang/srt/entrypoints/openai/protocol.py).
-        BackendProfile("sglang", tool_choice_object=True),
+        BackendProfile("sglang", tool_choice_object=True, tokenizer="sglang"),
         # llama.cpp server: tool_choice must be a string; an object logs "Wrong type supplied
         # for parameter 'tool_choice'" and falls back to auto (seen against a real
         # llama-server, issue 15 and ../shared/notes/real-backends.md); Qwen/Llama chat
         # templates reject a system message that is not first; `reasoning_content` read back.
-        BackendProfile("llamacpp"),
+        BackendProfile("llamacpp", file_parts=False, tokenizer="llamacpp"),
         # Ollama: reasoning_effort must be "high", "medium", "low" or "none" ("invalid
         # reasoning value" otherwise), and replayed reasoning is read from `reasoning`
         # (Message.Reasoning -> the message's thinking): ollama/ollama openai/openai.go,
         # FromChatRequest. No tool_choice object (docs.ollama.com/openai, "Supported request
         # fields").
         BackendProfile(
-            "ollama", efforts=("none", "low", "medium", "high"), reasoning_replay="reasoning"
+            "ollama",
+            efforts=("none", "low", "medium", "high"),
+            reasoning_replay="reasoning",
+            file_parts=False,
         ),
         # LM Studio: tool_choice "none" | "auto" | "required" only, no named object
         # (lmstudio.ai/docs/app/api/tools).

@@ -1,0 +1,220 @@
+// The Vercel AI SDK (npm `ai` + `@ai-sdk/openai`) driven by tests/test_client_aisdk.py.
+//
+// Run from the install folder (.tools/aisdk, where node_modules is) as
+//   node --input-type=module --eval "$(cat driver.mjs)"
+// with AISDK_BASE_URL (the gateway's /v1) and AISDK_SCENARIO set. Prints one JSON object:
+// what the SDK returned (text, steps, tool calls and results, stream parts, objects).
+import { generateObject, generateText, jsonSchema, stepCountIs, streamText, tool } from "ai";
+import { createOpenAI } from "@ai-sdk/openai";
+
+const provider = createOpenAI({ baseURL: process.env.AISDK_BASE_URL, apiKey: "test-key" });
+const model = provider.responses("scripted-model");
+
+const weather = tool({
+  description: "The weather in a city.",
+  inputSchema: jsonSchema({
+    type: "object",
+    properties: { city: { type: "string" } },
+    required: ["city"],
+    additionalProperties: false,
+  }),
+  execute: async ({ city }) => ({ city, sky: "sunny" }),
+});
+
+function steps(result) {
+  return result.steps.map((s) => ({
+    text: s.text,
+    finishReason: s.finishReason,
+    toolCalls: s.toolCalls.map((c) => ({ id: c.toolCallId, name: c.toolName, input: c.input })),
+    toolResults: s.toolResults.map((r) => ({ id: r.toolCallId, output: r.output })),
+  }));
+}
+
+async function generateWithTools() {
+  const result = await generateText({
+    model,
+    system: "Be brief.",
+    prompt: "Weather in Paris and Rome?",
+    tools: { weather },
+    stopWhen: stepCountIs(5),
+  });
+  return { text: result.text, steps: steps(result), usage: result.totalUsage };
+}
+
+async function streamWithTools() {
+  const result = streamText({
+    model,
+    system: "Be brief.",
+    prompt: "Weather in Oslo?",
+    tools: { weather },
+    stopWhen: stepCountIs(5),
+  });
+  const parts = [];
+  const deltas = [];
+  for await (const part of result.fullStream) {
+    parts.push(part.type);
+    if (part.type === "text-delta") deltas.push(part.text);
+    if (part.type === "error") throw part.error;
+  }
+  return {
+    text: await result.text,
+    steps: steps({ steps: await result.steps }),
+    parts,
+    deltas,
+  };
+}
+
+// A chat as an app keeps it: each turn's response messages appended to the history.
+async function chat(store) {
+  const providerOptions = { openai: { store } };
+  const messages = [{ role: "user", content: "My name is Ada." }];
+  const turns = [];
+  for (const next of ["What is the weather in Lima?", "What is my name?"]) {
+    const result = await generateText({
+      model,
+      system: "Be kind.",
+      messages,
+      tools: { weather },
+      stopWhen: stepCountIs(5),
+      providerOptions,
+    });
+    turns.push({ text: result.text, steps: steps(result) });
+    messages.push(...result.responseMessages, { role: "user", content: next });
+  }
+  const last = await generateText({ model, system: "Be kind.", messages, providerOptions });
+  turns.push({ text: last.text, steps: steps(last) });
+  return { turns };
+}
+
+async function object() {
+  const result = await generateObject({
+    model,
+    schemaName: "forecast",
+    schemaDescription: "A weather forecast.",
+    schema: jsonSchema({
+      type: "object",
+      properties: { city: { type: "string" }, high: { type: "integer" } },
+      required: ["city", "high"],
+      additionalProperties: false,
+    }),
+    prompt: "Forecast for Rome.",
+  });
+  return { object: result.object, finishReason: result.finishReason };
+}
+
+// Tools in a Responses namespace (provider options), beside a top-level one.
+async function namespaceTools() {
+  const crm = { openai: { namespace: { name: "crm", description: "The CRM." } } };
+  const lookup = tool({
+    description: "A customer's record.",
+    inputSchema: jsonSchema({ type: "object", properties: { id: { type: "integer" } } }),
+    providerOptions: crm,
+    execute: async ({ id }) => `customer ${id}: Ada`,
+  });
+  const result = streamText({
+    model,
+    prompt: "Who is customer 7?",
+    tools: { lookup, weather },
+    stopWhen: stepCountIs(5),
+  });
+  const calls = [];
+  for await (const part of result.fullStream) {
+    if (part.type === "tool-call") {
+      calls.push({ name: part.toolName, metadata: part.providerMetadata?.openai ?? null });
+    }
+    if (part.type === "error") throw part.error;
+  }
+  return { text: await result.text, calls, steps: steps({ steps: await result.steps }) };
+}
+
+// What the SDK makes of a backend's refusal, and of a stream cut mid-answer.
+async function failures() {
+  let refused = null;
+  try {
+    await generateText({ model, prompt: "Hi" });
+  } catch (error) {
+    refused = { name: error.name, status: error.statusCode ?? null, message: error.message };
+  }
+  const errors = [];
+  const result = streamText({ model, prompt: "Hi", onError: ({ error }) => errors.push(error) });
+  const parts = [];
+  for await (const part of result.fullStream) {
+    parts.push(part.type === "error" ? { error: String(part.error?.message ?? part.error) } : part.type);
+  }
+  return { refused, parts };
+}
+
+// A second turn chained by id (the SDK then sends only the new message).
+async function previousResponse() {
+  const first = await generateText({ model, prompt: "I am Ada." });
+  const id = first.providerMetadata.openai.responseId;
+  const second = await generateText({
+    model,
+    prompt: "What is my name?",
+    providerOptions: { openai: { previousResponseId: id } },
+  });
+  return { id, texts: [first.text, second.text] };
+}
+
+// An image and a PDF as file parts.
+async function media() {
+  const png = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mP8z8DwHwAFBQIAX8jx0gAAAABJRU5ErkJggg==";
+  const content = [
+    { type: "text", text: "Describe both." },
+    { type: "file", data: Buffer.from(png, "base64"), mediaType: "image/png" },
+    { type: "file", data: Buffer.from("%PDF-1.4"), mediaType: "application/pdf", filename: "a.pdf" },
+  ];
+  const result = await generateText({ model, messages: [{ role: "user", content }] });
+  return { text: result.text };
+}
+
+// A reasoning model asked for summaries: the SDK reads reasoning only from summary events.
+async function reasoning() {
+  const result = streamText({
+    model: provider.responses("gpt-5"),
+    prompt: "Think first.",
+    providerOptions: { openai: { reasoningSummary: "auto", reasoningEffort: "low" } },
+  });
+  const deltas = [];
+  for await (const part of result.fullStream) {
+    if (part.type === "reasoning-delta") deltas.push(part.text);
+    if (part.type === "error") throw part.error;
+  }
+  return { deltas, reasoning: (await result.reasoningText) ?? null, text: await result.text };
+}
+
+// The app gives up mid-answer (abortSignal).
+async function abort() {
+  const controller = new AbortController();
+  const result = streamText({ model, prompt: "Say hello.", abortSignal: controller.signal });
+  const parts = [];
+  for await (const part of result.fullStream) {
+    parts.push(part.type);
+    if (part.type === "text-delta") controller.abort();
+  }
+  return { parts };
+}
+
+const scenarios = {
+  abort,
+  previous_response: previousResponse,
+  media,
+  reasoning,
+  namespace_tools: namespaceTools,
+  failures,
+  generate_tools: generateWithTools,
+  stream_tools: streamWithTools,
+  chat_store: () => chat(true),
+  chat_no_store: () => chat(false),
+  object,
+};
+
+try {
+  const out = await scenarios[process.env.AISDK_SCENARIO]();
+  process.stdout.write(JSON.stringify(out));
+} catch (error) {
+  process.stdout.write(
+    JSON.stringify({ error: { name: error?.name, message: String(error?.message ?? error) } }),
+  );
+  process.exitCode = 3;
+}
