@@ -314,6 +314,10 @@ def check_settings(settings: Settings) -> None:
     from streamer.supervisor import check_workers
 
     check_workers(settings)
+    if settings.upstream_api not in ("chat", "responses"):
+        raise ValueError(f"--upstream-api must be chat or responses, not {settings.upstream_api!r}")
+    if settings.upstream_api != "chat" and not (settings.upstream or settings.config):
+        raise ValueError("--upstream-api responses needs --upstream (the embedded model is Chat)")
 
 
 def create_app(settings: Settings) -> web.Application:

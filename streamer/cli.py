@@ -12,10 +12,12 @@ from streamer.config import add_arguments, settings_from
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="streamer", description="An OpenAI Responses gateway with namespace tools."
+        prog="streamer",
+        description="An OpenAI Responses gateway with namespace tools.",
+        allow_abbrev=False,  # `--upstream-api` must never be read as `--upstream-api-key`
     )
     commands = parser.add_subparsers(dest="command", required=True)
-    serve = commands.add_parser("serve", help="run the gateway")
+    serve = commands.add_parser("serve", help="run the gateway", allow_abbrev=False)
     add_arguments(serve)
     from streamer.codex_launch import add_codex_parser
     from streamer.tap.command import add_tap_parser

@@ -70,6 +70,7 @@ def add_codex_parser(commands: Any) -> None:
         help="run the Codex CLI through the gateway: streamer codex [flags] [-- codex args]",
         description="Run the Codex CLI through a gateway on --host/--port (started with these "
         "flags if none answers there). Arguments after `--` go to Codex.",
+        allow_abbrev=False,
     )
     add_arguments(codex)
     _codex_options(codex)
@@ -86,7 +87,7 @@ def split_passthrough(argv: Sequence[str]) -> tuple[list[str], list[str]]:
 
 def serve_flags(argv: Sequence[str]) -> list[str]:
     """The `streamer serve` flags among `streamer codex`'s (every one but Codex's own)."""
-    own = argparse.ArgumentParser(add_help=False)
+    own = argparse.ArgumentParser(add_help=False, allow_abbrev=False)
     _codex_options(own)
     _, rest = own.parse_known_args(list(argv))
     return rest

@@ -21,6 +21,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any
 
+from streamer.core.backend_tools import BACKEND_BLOB
 from streamer.core.deltas import Delta, Finish, TextDelta, UpstreamError, Usage, WholeItem
 from streamer.core.errors import RequestError, invalid
 from streamer.core.lowering import LoweringOptions, lower, normalize_input
@@ -33,6 +34,7 @@ TRIGGER = "compaction_trigger"
 COMPACTION_TYPES = ("compaction", "compaction_summary")  # the older name, still read by Codex
 SUMMARY_FIELD = "summary"
 REASONING_FIELD = "text"
+BACKEND_FIELD = "backend"  # a Responses backend's own encrypted_content, sealed with the text
 
 HANDOVER_PROMPT = """\
 [Context compaction, from the gateway: no tools are available for this reply]
@@ -87,14 +89,35 @@ def restore(
             view[i] = summary_message(summary)
             _drop_replaced(view, i)
         elif kind == "reasoning" and item.get("encrypted_content") is not None:
-            if i < offset and _readable(item):
-                continue  # a stored item keeps its text: its blob is not needed (nor opened)
-            text = sealer.open(
-                "reasoning", REASONING_FIELD, item["encrypted_content"], _param(i, offset)
-            )
-            if not _readable(item) and text:
-                view[i] = {**item, "content": [{"type": "reasoning_text", "text": text}]}
+            opened = _open_reasoning(item, sealer, _param(i, offset), stored=i < offset)
+            if opened is not None:
+                view[i] = opened
     return view
+
+
+def _open_reasoning(
+    item: dict[str, Any], sealer: Sealer, param: str, *, stored: bool
+) -> dict[str, Any] | None:
+    """A sealed reasoning item as the backend is shown it: its text (if it shows none),
+    and a Responses backend's own blob sealed with it (`BACKEND_FIELD`); None: as it is.
+    A stored item that keeps its text needs its blob only for the backend's: one that does
+    not open (another key) is left as it is."""
+    readable = _readable(item)
+    try:
+        fields = sealer.open_fields("reasoning", REASONING_FIELD, item["encrypted_content"], param)
+    except RequestError:
+        if stored and readable:
+            return None
+        raise
+    text, backend = fields[REASONING_FIELD], fields.get(BACKEND_FIELD)
+    if (readable or not text) and not isinstance(backend, str):
+        return None
+    out = dict(item)
+    if not readable and text:
+        out["content"] = [{"type": "reasoning_text", "text": text}]
+    if isinstance(backend, str):
+        out[BACKEND_BLOB] = backend
+    return out
 
 
 def summary_message(summary: str) -> dict[str, Any]:

@@ -73,6 +73,14 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("--port", "port", 8080, "Port to bind.", int),
     Setting("--upstream-api-key", "upstream_api_key", None, "Bearer key sent to the backend."),
     Setting(
+        "--upstream-api",
+        "upstream_api",
+        "chat",
+        "What the backend speaks: chat (POST /chat/completions) or responses (POST /responses, "
+        "streamed, store: false; the gateway keeps the state). Tools per --backend-profile "
+        "(streamer/upstream/responses/profiles.py).",
+    ),
+    Setting(
         "--upstream-proxy",
         "upstream_proxy",
         None,
@@ -467,6 +475,7 @@ class Settings:
     host: str = "127.0.0.1"
     port: int = 8080
     upstream_api_key: str | None = None
+    upstream_api: str = "chat"
     upstream_proxy: str | None = None
     upstream_connect_timeout: float = 10.0
     upstream_max_connections: int = 0

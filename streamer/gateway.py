@@ -15,6 +15,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from streamer import conversations
+from streamer.backend_api import backend_api
 from streamer.config import Settings
 from streamer.core import item_references
 from streamer.core.errors import RequestError, invalid, shutting_down
@@ -31,6 +32,7 @@ from streamer.sealing import EPHEMERAL_KEY, Sealer, load_sealer
 from streamer.store import ResponseStore, StoreUnavailable
 from streamer.upstream.chat.profiles import BackendProfile, lowering_options, resolve
 from streamer.upstream.registry import UpstreamRegistry
+from streamer.upstream.responses.profiles import backend_tools
 
 if TYPE_CHECKING:
     from streamer.frontends.background import Background
@@ -81,6 +83,7 @@ def turn_options(settings: Settings) -> TurnOptions:
         max_output_items=settings.max_output_items,
         max_turn_seconds=settings.max_turn_seconds,
         sealer=state_sealer(settings.state_key_file, settings.shared_state_key),
+        api=backend_api(settings.upstream_api, backend_tools(settings.backend_profile)),
     )
 
 

@@ -11,11 +11,13 @@ import ssl
 from dataclasses import replace
 from typing import Any
 
+from streamer.backend_api import backend_api
 from streamer.config import Settings
 from streamer.models_config import ConfigError, ModelsConfig, ModelSpec, load, single
 from streamer.pipeline import TurnOptions
 from streamer.upstream.body_budget import ByteBudget
 from streamer.upstream.chat.profiles import PROFILES, lowering_options
+from streamer.upstream.responses.profiles import backend_tools
 from streamer.upstream.router import Router
 
 log = logging.getLogger("streamer.routing")
@@ -56,7 +58,8 @@ def model_options(base: TurnOptions, settings: Settings, spec: ModelSpec) -> Tur
     lowering = lowering_options(backend_profile(profiled), model=spec.backend_model or spec.name)
     style = spec.tool_name_style or base.naming.style
     naming = replace(base.naming, style=style)  # type: ignore[arg-type]
-    return replace(base, naming=naming, lowering=lowering)
+    api = backend_api(spec.api, backend_tools(profiled.backend_profile))
+    return replace(base, naming=naming, lowering=lowering, api=api)
 
 
 def build_router(
@@ -88,13 +91,15 @@ def chat_backend(
 ) -> Any:
     from streamer.gateway import backend_profile
     from streamer.redact import RedactingUpstream
-    from streamer.upstream.chat.client import ChatUpstream
     from streamer.upstream.http1.proxy import select_proxy
+    from streamer.upstream.registry import client_class
 
     # the embedded model is in this process: never through a proxy
     proxied = settings.upstream or settings.config
     proxy = select_proxy(url, settings.upstream_proxy, os.environ) if proxied else None
-    chat = ChatUpstream(
+    # the single-backend flags' model is `--upstream-api`'s; a config's model names its own
+    api = settings.upstream_api if spec.name is None else spec.api
+    chat = client_class(api)(
         url,
         api_key=spec.api_key,
         idle_timeout=settings.idle_timeout,

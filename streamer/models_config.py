@@ -16,7 +16,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 APIS = ("chat", "responses")
-SUPPORTED_APIS = ("chat",)  # `responses` upstreams are not built yet: refused at startup
 TOOL_NAME_STYLES = ("codex", "double-underscore", "llamacpp", "dotted")
 MODALITIES = ("text", "image")
 TOP_KEYS = ("default_model", "models")
@@ -183,8 +182,6 @@ class _Checker:
         if "name" not in entry:
             self.fail(index, "name", "missing (every model needs a name)")
         api = get.choice("api", APIS) or "chat"
-        if api not in SUPPORTED_APIS:
-            self.fail(index, "api", f"{api!r} upstreams are not supported yet (use 'chat')")
         key_env = get.string("api_key_env")
         if key_env is not None and key_env not in self.env:
             self.fail(index, "api_key_env", f"the environment variable {key_env} is not set")

@@ -19,12 +19,19 @@ from collections.abc import AsyncGenerator, AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from streamer.compaction import Compactor, compaction_request, is_compaction, last_user_request
+from streamer.backend_api import CHAT, BackendApi
+from streamer.compaction import (
+    BACKEND_FIELD,
+    REASONING_FIELD,
+    Compactor,
+    is_compaction,
+    last_user_request,
+)
 from streamer.compaction import restore as restore_sealed
 from streamer.core.deltas import Usage
 from streamer.core.errors import RequestError, invalid
 from streamer.core.events import Event
-from streamer.core.lowering import LoweringOptions, lower, normalize_input
+from streamer.core.lowering import LoweringOptions, normalize_input
 from streamer.core.media_parts import check_media
 from streamer.core.output import OutputItemStreamer
 from streamer.core.output_items import SUMMARIES, OutputLimits
@@ -88,6 +95,7 @@ class TurnOptions:
     max_output_items: int = 2048
     max_turn_seconds: float = 3600.0
     sealer: Sealer = field(default_factory=Sealer.random)  # encrypted_content (--state-key-file)
+    api: BackendApi = CHAT  # what the backend speaks (--upstream-api): its lowering
 
 
 @dataclass(slots=True)
@@ -111,6 +119,7 @@ class Turn:
     conversation: str | None = None  # the conversation this turn extends at its end
     new_from: int = 0  # where the request's own items start in `items` (after any history)
     route: object | None = None  # the model and affinity it is routed by (upstream/registry.py)
+    api: BackendApi = CHAT  # the backend's API: how a truncated retry is lowered again
 
     @property
     def response(self) -> dict[str, Any]:
@@ -308,14 +317,14 @@ def prepare(
     names = ResponsesToolNames.convert(request.get("tools"), view, config=options.naming)
     compactor = None
     if is_compaction(new_items):
-        chat_request = compaction_request(request, view, names, options.lowering)
+        chat_request = options.api.compaction(request, view, names, options.lowering)
         compactor = Compactor(options.sealer, last_user_request(items), options.max_output_bytes)
     else:
-        chat_request = lower(request, view, names, options.lowering)
+        chat_request = options.api.lower(request, view, names, options.lowering)
     response = new_response(request, response_id=response_id)
     echo_applied(response, chat_request)
     limits = OutputLimits(options.max_output_bytes, options.max_output_items)
-    prompt = {k: chat_request[k] for k in ("messages", "tools") if k in chat_request}
+    prompt = {k: chat_request[k] for k in options.api.prompt_keys if k in chat_request}
     streamer = OutputItemStreamer(
         names,
         response,
@@ -333,16 +342,25 @@ def prepare(
         compactor=compactor,
         lowering=options.lowering,
         view=view,
+        api=options.api,
     )
 
 
-def _reasoning_sealer(request: dict[str, Any], options: TurnOptions) -> Callable[[str], str] | None:
-    """Reasoning items carry their text sealed when the client asks for it."""
+def _reasoning_sealer(
+    request: dict[str, Any], options: TurnOptions
+) -> Callable[[str, str | None], str] | None:
+    """Reasoning items carry their text sealed when the client asks for it (with a
+    Responses backend's own blob, when it sent one)."""
     include = request.get("include")
     if not isinstance(include, list) or REASONING_INCLUDE not in include:
         return None
     sealer = options.sealer
-    return lambda text: sealer.seal("reasoning", "text", text)
+
+    def seal(text: str, backend: str | None) -> str:
+        extra = {BACKEND_FIELD: backend} if backend else None
+        return sealer.seal("reasoning", REASONING_FIELD, text, extra)
+
+    return seal
 
 
 class TurnTimeout(Exception):
@@ -424,7 +442,7 @@ def _truncated(turn: Turn, exc: RequestError) -> dict[str, Any] | None:
         len(kept),
         len(items),
     )
-    return lower(turn.request, kept, turn.names, turn.lowering)
+    return turn.api.lower(turn.request, kept, turn.names, turn.lowering)
 
 
 async def _open_once(

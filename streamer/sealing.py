@@ -18,7 +18,7 @@ import binascii
 import hashlib
 import logging
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any, Literal
 
 import orjson
@@ -81,12 +81,17 @@ class Sealer:
             )
         return cls(hashlib.sha256(b"streamer state key\0" + secret).digest())
 
-    def seal(self, kind: Kind, field: str, text: str) -> str:
-        """`{field: text}` sealed as a `kind` blob (`text` cut to `MAX_PLAIN_BYTES`)."""
-        plain = orjson.dumps({field: text})
-        while len(plain) > MAX_PLAIN_BYTES:
+    def seal(
+        self, kind: Kind, field: str, text: str, extra: Mapping[str, str] | None = None
+    ) -> str:
+        """`{field: text, **extra}` sealed as a `kind` blob (`text` cut to `MAX_PLAIN_BYTES`).
+
+        `extra`: more fields kept with it (a Responses backend's own `encrypted_content`)."""
+        more = dict(extra or {})
+        plain = orjson.dumps({field: text, **more})
+        while len(plain) > MAX_PLAIN_BYTES and text:
             text = text[-(len(text) * 3 // 4) :]
-            plain = orjson.dumps({field: "[…earlier text cut]\n" + text})
+            plain = orjson.dumps({field: "[…earlier text cut]\n" + text, **more})
         if self._warn:
             self._warn = False
             log.warning("no --state-key-file: %s", EPHEMERAL_KEY)
@@ -96,6 +101,10 @@ class Sealer:
 
     def open(self, kind: Kind, field: str, blob: Any, param: str) -> str:
         """The text sealed in `blob` under `field`, or a 400 whose `param` is `param`."""
+        return self.open_fields(kind, field, blob, param)[field]
+
+    def open_fields(self, kind: Kind, field: str, blob: Any, param: str) -> dict[str, Any]:
+        """Every field sealed in `blob` (`field` among them), or a 400 naming `param`."""
         if blob is None:
             raise invalid(
                 f"Missing required parameter: '{param}'.", param, "missing_required_parameter"
@@ -121,10 +130,10 @@ class Sealer:
                 f"it is not a {kind} item sealed with this gateway's state key "
                 "(another key, altered or truncated)",
             ) from None
-        text = orjson.loads(plain).get(field)  # only ever written by `seal`
-        if not isinstance(text, str):
+        fields = orjson.loads(plain)  # only ever written by `seal`
+        if not isinstance(fields.get(field), str):
             raise _unopenable(param, f"it holds no {field}")
-        return text
+        return dict(fields)
 
 
 def _aad(kind: Kind) -> bytes:

@@ -41,6 +41,9 @@ DEVIATIONS: dict[str, str] = {
     "sent them: the gateway neither runs nor forwards them; not checked",
     "items.extensions": "custom_tool_call, tool_search_call, tool_search_output and "
     "local_shell_call output items are OpenAI extensions; checked by the SDK only",
+    "items.hosted": "hosted tool calls (web_search_call, file_search_call, mcp_call, ...) that "
+    "a Responses backend ran (--upstream-api responses) pass through as it sent them; the "
+    "spec has no schema for them; checked by the SDK only",
     "events.reasoning_text": "OpenAI names the reasoning text events "
     "response.reasoning_text.delta/done (the spec: response.reasoning.delta/done); Codex and "
     "the SDK read only OpenAI's names",
@@ -71,8 +74,15 @@ _RENAMED_EVENTS = {
 _SDK_ONLY_EVENTS = frozenset(
     {"response.custom_tool_call_input.delta", "response.custom_tool_call_input.done"}
 )
-_EXTENSION_ITEMS = frozenset(
-    {"custom_tool_call", "tool_search_call", "tool_search_output", "local_shell_call"}
+_HOSTED_ITEMS = frozenset(
+    {
+        "web_search_call", "file_search_call", "code_interpreter_call", "image_generation_call",
+        "computer_call", "mcp_call", "mcp_list_tools", "mcp_approval_request",
+    }
+)  # fmt: skip
+_EXTENSION_ITEMS = (
+    frozenset({"custom_tool_call", "tool_search_call", "tool_search_output", "local_shell_call"})
+    | _HOSTED_ITEMS
 )
 _RESPONSE_EVENTS = frozenset(
     {

@@ -4,11 +4,14 @@ Each scenario is one backend script, run three ways: `responses.create()` non-st
 `responses.create(stream=True)`, and `responses.stream()` (whose accumulator raises on
 protocol errors). Every streamed event is validated against the SDK's typed models, and
 the non-streaming body must equal the streamed terminal response.
+
+Every test runs twice: in front of a Chat backend and in front of a Responses backend
+(`--upstream-api responses`) playing the same scripts (tests/scripted_responses_backend.py).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import openai
@@ -18,6 +21,7 @@ from openai import AsyncOpenAI
 from scripted_backend import (
     DIE,
     DONE,
+    ScriptedBackend,
     Status,
     finish,
     reasoning_chunks,
@@ -26,7 +30,34 @@ from scripted_backend import (
     tool_call_chunks,
     usage,
 )
+from scripted_responses_backend import ScriptedResponsesBackend
 from sdk_models import validate_event
+
+
+@pytest.fixture(params=["chat", "responses"])
+def api(request: pytest.FixtureRequest) -> str:
+    return str(request.param)
+
+
+@pytest.fixture
+async def gw(api: str) -> AsyncIterator[GatewayHarness]:
+    """The gateway in front of a scripted backend of the `api` kind."""
+    backend = ScriptedResponsesBackend() if api == "responses" else ScriptedBackend()
+    async with GatewayHarness(backend=backend, upstream_api=api) as harness:
+        yield harness
+
+
+def sent_tools(sent: dict[str, Any]) -> list[tuple[str, str]]:
+    """(type, name) of each tool the backend got, whichever API it speaks."""
+    return [(t["type"], t.get("function", t).get("name")) for t in sent.get("tools") or ()]
+
+
+def last_input_text(sent: dict[str, Any]) -> Any:
+    """The content of the last message the backend got, whichever API it speaks."""
+    if "messages" in sent:
+        return sent["messages"][-1]["content"]
+    return sent["input"][-1]["content"]
+
 
 TOOLS: list[dict[str, Any]] = [
     {
@@ -202,10 +233,12 @@ async def test_scenario_three_ways(scenario: str, gw: GatewayHarness, client: As
     # The backend only ever saw flat function tools, always streamed.
     sent = gw.backend.requests[-1]
     assert sent["stream"] is True
-    assert {t["function"]["name"] for t in sent["tools"]} == {
+    assert {name for _, name in sent_tools(sent)} == {
         "mcp__docs__search", "mcp__docs__patch", "crm__lookup", "exec_command"
     }  # fmt: skip
-    assert all(t["type"] == "function" for t in sent["tools"])
+    assert all(kind == "function" for kind, _ in sent_tools(sent))
+    if "input" in sent:  # a Responses backend: stateless, the gateway keeps the state
+        assert sent["store"] is False
 
 
 async def test_backend_400_keeps_status_and_message(
@@ -219,9 +252,9 @@ async def test_backend_400_keeps_status_and_message(
     assert "bad max_tokens" in raised.value.message
 
 
-async def test_backend_refusing_connections_is_502() -> None:
+async def test_backend_refusing_connections_is_502(api: str) -> None:
     async with (
-        GatewayHarness(upstream=refusing_url()) as gw,
+        GatewayHarness(upstream=refusing_url(), upstream_api=api) as gw,
         AsyncOpenAI(base_url=gw.url, api_key="k", max_retries=0) as client,
     ):
         for stream in (False, True):
@@ -262,6 +295,13 @@ async def test_two_turn_loop_replays_call_under_same_flat_name(
         ],
     )  # fmt: skip
     assert second.output_text == "found it"
+    if "input" in gw.backend.requests[-1]:
+        *_, replayed, output = gw.backend.requests[-1]["input"]
+        assert replayed == {"type": "function_call", "call_id": "call_1",
+                            "name": "mcp__docs__search", "arguments": '{"q":"x"}',
+                            "status": "completed"}  # fmt: skip
+        assert output["type"] == "function_call_output" and output["call_id"] == "call_1"
+        return
     messages = gw.backend.requests[-1]["messages"]
     assistant, tool = messages[-2], messages[-1]
     assert assistant["role"] == "assistant"
@@ -296,7 +336,7 @@ async def test_unknown_fields_and_items_pass_without_error(
         extra_body={"client_metadata": {"a": "b"}, "prompt_cache_key": "k", "brand_new_field": 1},
     )
     assert response.output_text == "ok"
-    assert gw.backend.requests[-1]["messages"][-1]["content"] == "hi"
+    assert last_input_text(gw.backend.requests[-1]) == "hi"
 
 
 async def test_models_are_forwarded(client: AsyncOpenAI) -> None:

@@ -93,10 +93,6 @@ CASES = [
         "f.toml:2: models[0].name: expected a string; got 7",
     ),
     (_model('api = "grpc"\n'), "f.toml:4: models[0].api: expected one of chat, responses"),
-    (
-        _model('api = "responses"\n'),
-        "f.toml:4: models[0].api: 'responses' upstreams are not supported yet (use 'chat')",
-    ),
     (_model('profile = "nope"\n'), "f.toml:4: models[0].profile: expected a backend profile"),
     (
         _model('tool_name_style = "camel"\n'),

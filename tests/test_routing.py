@@ -581,3 +581,23 @@ async def test_a_wrong_body_or_model_type_is_a_400_naming_it_not_a_missing_model
                     assert (await resp.json())["error"]["message"] == message
     finally:
         await gw.stop()
+
+
+async def test_a_model_on_a_responses_backend_beside_a_chat_one(tmp_path: Path) -> None:
+    from scripted_responses_backend import ScriptedResponsesBackend
+
+    gw = Routed(tmp_path)
+    gw.backends[2] = ScriptedResponsesBackend(personality="flat")
+    await gw.start(TWO_MODELS.replace('backend_model = "deepseek-chat"', 'api = "responses"'))
+    try:
+        client = gw.sdk()
+        chat = await client.responses.create(model="local", input="one", tools=TOOLS)
+        native = await client.responses.create(model="api", input="two", tools=TOOLS)
+        assert chat.output_text == native.output_text == "Hello!"
+        assert native.model == "api"
+        assert sum(len(b.requests) for b in gw.backends[:2]) == 1  # "local": Chat
+        (sent,) = gw.backends[2].requests  # POST /v1/responses, the gateway keeping state
+        assert sent["model"] == "api" and sent["stream"] is True and sent["store"] is False
+        assert [t["name"] for t in sent["tools"]] == ["search"]
+    finally:
+        await gw.stop()

@@ -43,6 +43,14 @@ class ReasoningDelta:
 
 
 @dataclass(slots=True)
+class ReasoningBlob:
+    """A Responses backend's own `encrypted_content` for the reasoning it just streamed:
+    kept sealed inside the gateway's own (when the client asked for it), never shown."""
+
+    encrypted_content: str
+
+
+@dataclass(slots=True)
 class RefusalDelta:
     """A piece of a refusal (`refusal` in Chat chunks)."""
 
@@ -98,6 +106,7 @@ Delta = (
     TextDelta
     | LoggedText
     | ReasoningDelta
+    | ReasoningBlob
     | RefusalDelta
     | ToolCallDelta
     | Finish

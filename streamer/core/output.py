@@ -31,6 +31,7 @@ from streamer.core.deltas import (
     Delta,
     Finish,
     LoggedText,
+    ReasoningBlob,
     ReasoningDelta,
     RefusalDelta,
     ServiceTier,
@@ -104,12 +105,13 @@ class OutputItemStreamer:
         make_id: Callable[[str], str] = new_id,
         limits: OutputLimits | None = None,
         prompt: Any = None,
-        seal_reasoning: Callable[[str], str] | None = None,
+        seal_reasoning: Callable[[str, str | None], str] | None = None,
     ) -> None:
         limits = limits or OutputLimits()
         # the client asked for `reasoning.encrypted_content`: each reasoning item carries
         # its text sealed (streamer/sealing.py), for clients that keep only that
         self._seal_reasoning = seal_reasoning
+        self._blob: str | None = None  # the backend's encrypted_content of the open reasoning
         self._prompt = prompt  # what was sent (JSON-able): usage is estimated from it if need be
         self.names = names
         self.response = response
@@ -144,6 +146,7 @@ class OutputItemStreamer:
             Usage: self._on_usage,
             UpstreamError: self._on_error,
             WholeItem: self._on_whole_item,
+            ReasoningBlob: self._on_reasoning_blob,
             ServiceTier: self._on_service_tier,
         }
 
@@ -306,6 +309,19 @@ class OutputItemStreamer:
 
     def _on_error(self, delta: UpstreamError) -> None:
         self._fail(delta.code, delta.message)
+
+    def _on_reasoning_blob(self, delta: ReasoningBlob) -> None:
+        """The backend's blob for its reasoning: sealed with the item's text when it closes
+        (a reasoning item of its own if none is open); without sealing, left out."""
+        if self._seal_reasoning is None:
+            return
+        item = self._open
+        if item is None or item.item["type"] != "reasoning":
+            if self._calls or not self._new_item():
+                return
+            self._close_open("completed")
+            self._open_item("reasoning")
+        self._blob = delta.encrypted_content
 
     def _on_whole_item(self, delta: WholeItem) -> None:
         """An item made whole (a compaction): `output_item.added` and `.done` at once."""
@@ -486,7 +502,8 @@ class OutputItemStreamer:
         body = item.item
         if self._seal_reasoning is not None and body["type"] == "reasoning":
             texts = [p["text"] for p in body["content"] if p.get("type") == "reasoning_text"]
-            body["encrypted_content"] = self._seal_reasoning("\n".join(texts))
+            body["encrypted_content"] = self._seal_reasoning("\n".join(texts), self._blob)
+            self._blob = None
         self._done_item(body, item.output_index, status)
 
     # -- tool calls ---------------------------------------------------------------

@@ -225,6 +225,13 @@ class ResponsesToolNames:
                     return flat
         return self._assign(ident)
 
+    def alias(self, spelling: str, flat: str) -> None:
+        """Another spelling a backend answers `flat` with (Ollama's `ns.name`, a split
+        name joined back): decoded as `flat` is, unless the spelling is a name already."""
+        ident = self._by_flat.get(flat)
+        if ident is not None and spelling not in self._by_flat:
+            self._by_flat[spelling] = ident
+
     def __len__(self) -> int:
         return len(self.tools)
 

@@ -32,7 +32,7 @@ SOURCE is a file, - for stdin, an http(s):// URL (POSTs --data, else GETs) or a 
 def add_tap_parser(subparsers: Any) -> argparse.ArgumentParser:
     """Add `tap` to a `streamer` subcommand parser (argparse `add_subparsers()` result)."""
     parser = subparsers.add_parser(
-        "tap", help="see and check a Responses stream", description=DESCRIPTION
+        "tap", help="see and check a Responses stream", description=DESCRIPTION, allow_abbrev=False
     )
     configure(parser)
     return parser
@@ -153,7 +153,9 @@ async def run_tap(args: argparse.Namespace, out: TextIO | None = None) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="streamer tap", description=DESCRIPTION)
+    parser = argparse.ArgumentParser(
+        prog="streamer tap", description=DESCRIPTION, allow_abbrev=False
+    )
     configure(parser)
     args = parser.parse_args(argv)
     try:

@@ -7,6 +7,8 @@ and checks the events, and with `--compare` diffs them against the events the ga
 when it was recorded, so a recorded misbehaviour becomes a regression test.
 
 A recording does not say how the body ended: it ends as a body read to its end does.
+A recording of a Responses backend (`--upstream-api responses`: its backend request has an
+`input`, not `messages`) is read with that API's stream and lowering.
 """
 
 from __future__ import annotations
@@ -15,10 +17,12 @@ import argparse
 import sys
 from collections import deque
 from collections.abc import Iterable
+from dataclasses import replace
 from typing import Any, TextIO
 
 import orjson
 
+from streamer.backend_api import backend_api
 from streamer.core.errors import RequestError
 from streamer.core.events import Event
 from streamer.core.tools import NamingConfig
@@ -28,8 +32,9 @@ from streamer.sealing import load_sealer
 from streamer.tap.command import EXIT_CLEAN, EXIT_UNREADABLE, EXIT_VIOLATIONS, use_color
 from streamer.tap.grammar import GrammarChecker
 from streamer.tap.render import Renderer
-from streamer.upstream.chat.client import ChatStream
-from streamer.upstream.chat.decoder import decode_body
+from streamer.upstream.chat.client import ChatUpstream
+from streamer.upstream.registry import client_class
+from streamer.upstream.responses.profiles import backend_tools
 
 
 class Recording:
@@ -37,16 +42,27 @@ class Recording:
 
     def __init__(self, lines: Iterable[dict[str, Any]]) -> None:
         self.request: dict[str, Any] | None = None
+        self.backend_request: Any = None
         self.chunks: list[bytes] = []
         self.events: list[dict[str, Any]] = []
         for line in lines:
             kind = line.get("kind")
             if kind == "client_request" and self.request is None:
                 self.request = line.get("body")
+            elif kind == "backend_request" and self.backend_request is None:
+                self.backend_request = line.get("body")
             elif kind == "backend_chunk":
                 self.chunks.append(chunk_bytes(line))
             elif kind == "client_event":
                 self.events.append(line["event"])
+
+    @property
+    def api(self) -> str:
+        """The API the recorded backend spoke: `responses` when it was sent an `input`."""
+        sent = self.backend_request
+        if isinstance(sent, dict) and "input" in sent and "messages" not in sent:
+            return "responses"
+        return "chat"
 
     @classmethod
     def load(cls, path: str) -> Recording:
@@ -80,25 +96,31 @@ class _RecordedBody:
 class _RecordedUpstream:
     """An upstream that answers with a recording's backend bytes."""
 
-    def __init__(self, chunks: list[bytes]) -> None:
+    def __init__(self, chunks: list[bytes], client: type[ChatUpstream] = ChatUpstream) -> None:
         self.chunks = chunks
+        self.client = client  # whose stream and whole-JSON decoding read the bytes
 
-    async def open(self, chat_request: dict[str, Any], **_: Any) -> ChatStream:
+    async def open(self, chat_request: dict[str, Any], **_: Any) -> Any:
         body = b"".join(self.chunks)
+        stream = self.client.stream
         if body.lstrip()[:1] in (b"{", b"["):  # a whole JSON answer, recorded as one read
-            return ChatStream.answered(decode_body(body))
-        return await ChatStream.reading(_RecordedBody(self.chunks))  # type: ignore[arg-type]
+            return stream.answered(self.client.decode_whole(body))
+        return await stream.reading(_RecordedBody(self.chunks))  # type: ignore[arg-type]
 
 
 async def replay(recording: Recording, options: TurnOptions | None = None) -> list[Event]:
     """The events today's pipeline makes from the recorded request and backend bytes."""
     if recording.request is None:
         raise ValueError("the recording has no client_request line")
-    turn = prepare(dict(recording.request), options or TurnOptions())
+    options = options or TurnOptions()
+    if recording.api != options.api.name:
+        options = replace(options, api=backend_api(recording.api, backend_tools("generic")))
+    turn = prepare(dict(recording.request), options)
     events: list[Event] = []
     if recording.events and recording.events[0].get("type") == "response.queued":
         events += turn.streamer.queued()  # a background turn's recording: its log, queued first
-    async for batch in stream_events(turn, _RecordedUpstream(recording.chunks)):
+    upstream = _RecordedUpstream(recording.chunks, client_class(recording.api))
+    async for batch in stream_events(turn, upstream):
         events += batch
     return events
 
@@ -129,7 +151,7 @@ def normalised(events: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
 def add_replay_parser(subparsers: Any) -> argparse.ArgumentParser:
     parser = subparsers.add_parser(
         "replay", help="run a recorded backend stream through today's pipeline",
-        description=__doc__.splitlines()[0],
+        description=__doc__.splitlines()[0], allow_abbrev=False,
     )  # fmt: skip
     parser.add_argument("file", metavar="FILE", help="a `serve --tap-dir` recording")
     parser.add_argument(

@@ -13,7 +13,12 @@ from typing import Any, Protocol
 
 from streamer.models_config import ModelsConfig, single
 from streamer.pipeline import Turn, TurnOptions, Upstream
+from streamer.upstream.chat.client import ChatUpstream
+from streamer.upstream.responses.client import ResponsesUpstream
 from streamer.upstream.router import Plan, Router, TurnRoute
+
+CLIENTS: dict[str, type[ChatUpstream]] = {"chat": ChatUpstream, "responses": ResponsesUpstream}
+"""The client of each `--upstream-api`: one shell, the API's endpoint and decoder."""
 
 
 class Backend(Upstream, Protocol):
@@ -22,6 +27,14 @@ class Backend(Upstream, Protocol):
     async def get_models(self, *, headers: dict[str, str] | None = None) -> tuple[int, bytes]: ...
     async def ping(self) -> bool: ...
     async def close(self) -> None: ...
+
+
+def client_class(api: str) -> type[ChatUpstream]:
+    """The backend client of `--upstream-api api` (a ValueError for another)."""
+    try:
+        return CLIENTS[api]
+    except KeyError:
+        raise ValueError(f"unknown --upstream-api {api!r} (one of {', '.join(CLIENTS)})") from None
 
 
 class UpstreamRegistry:

@@ -80,7 +80,15 @@ _CHAT_HEADERS = {
 
 
 class ChatUpstream:
-    """A Chat Completions backend at `base_url` (what the OpenAI SDK would take: `.../v1`)."""
+    """A Chat Completions backend at `base_url` (what the OpenAI SDK would take: `.../v1`).
+
+    Another API over the same shell (upstream/responses/client.py) changes the class
+    attributes: the endpoint, the stream (its decoder) and the whole-JSON decoding.
+    """
+
+    endpoint = "/chat/completions"
+    stream: type[ChatStream]  # ChatStream (set below it)
+    decode_whole: Callable[[bytes | bytearray], list[Delta]] = staticmethod(decode_body)
 
     def __init__(
         self,
@@ -163,7 +171,7 @@ class ChatUpstream:
             read_buffer=self._read_buffer,
         )
         if not self._chat_head:  # the same for every pool: one origin, one reuse policy
-            target = self._path + "/chat/completions"
+            target = self._path + self.endpoint
             head = pool.head("POST", target, self._headers(_CHAT_HEADERS, pool), None)
             self._chat_head = head[:-2]  # without the blank line
         return pool
@@ -216,7 +224,7 @@ class ChatUpstream:
         if headers:
             head = pool.head(
                 "POST",
-                self._path + "/chat/completions",
+                self._path + self.endpoint,
                 self._headers({**_CHAT_HEADERS, **headers}, pool),
                 len(data),
             )
@@ -235,12 +243,12 @@ class ChatUpstream:
                 try:
                     if on_raw is not None:
                         on_raw(bytes(raw))
-                    deltas = decode_body(raw)
+                    deltas = self.decode_whole(raw)
                 finally:
                     self.json_budget.give(len(raw))
                 resp.release()
-                return ChatStream.answered(deltas)
-            return await ChatStream.reading(
+                return self.stream.answered(deltas)
+            return await self.stream.reading(
                 resp,
                 idle_timeout=self.idle_timeout,
                 on_raw=on_raw,
@@ -488,6 +496,8 @@ class ChatStream:
     in `UpstreamError`.
     """
 
+    decoder = ChatDecoder  # a subclass reads another API's events (ResponsesDecoder)
+
     def __init__(
         self,
         response: Response | DecodedResponse | None,
@@ -499,7 +509,7 @@ class ChatStream:
     ) -> None:
         self._resp = response
         self._on_raw = on_raw
-        self._decoder = ChatDecoder(idle_timeout, first_byte_timeout)
+        self._decoder = self.decoder(idle_timeout, first_byte_timeout)
         self.first = first
 
     @classmethod
@@ -636,6 +646,9 @@ class ChatStream:
             resp.abort()
             raise
         resp.release()  # kept if the whole body is in, else cut
+
+
+ChatUpstream.stream = ChatStream
 
 
 def _content_encoding(resp: Response) -> str | None:

@@ -1,0 +1,309 @@
+"""A Responses backend's event stream -> model deltas (pure).
+
+`ResponsesEventDecoder` reads the `data:` payloads of a streamed Response (`response.*`
+events, each a JSON object with its `type`) and yields the same deltas a Chat backend's
+chunks do, so one `OutputItemStreamer` makes every event the client sees (its ids, its
+`sequence_number`, its naming): text, refusals and reasoning as text deltas; function and
+custom calls as `ToolCallDelta`s keyed by the backend's `output_index` (or, for a backend
+that sends none, llama.cpp, the item's id), their names as the
+backend spells them (flat, `ns.name`, or split into `namespace` and `name`, joined back as
+`ns.name`: the tool map decodes every one of these spellings); every other output item
+(hosted tool calls, item types this gateway does not know) whole, at its
+`output_item.done`, as a `WholeItem`. `response.completed` / `incomplete` / `failed` end it
+with usage and a finish reason or an error; an `error` event is an `UpstreamError`.
+Unknown event types are skipped (their items still arrive whole at `output_item.done`).
+
+`ResponsesDecoder` is `ChatDecoder`'s framing, batching and end-of-body rules over it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+
+from streamer.core.deltas import (
+    Delta,
+    Finish,
+    ReasoningBlob,
+    ReasoningDelta,
+    RefusalDelta,
+    ServiceTier,
+    TextDelta,
+    ToolCallDelta,
+    UpstreamError,
+    Usage,
+    WholeItem,
+)
+from streamer.core.response import new_id
+from streamer.core.sse import SSEMessage
+from streamer.upstream.chat.decoder import INVALID_CHUNK, ChatDecoder, payload_error
+from streamer.upstream.chat.error_shapes import CONTEXT_OVERFLOW, is_context_overflow
+
+_loads = orjson.loads
+_TEXT: dict[Any, type[TextDelta | RefusalDelta | ReasoningDelta]] = {
+    "response.output_text.delta": TextDelta,
+    "response.refusal.delta": RefusalDelta,
+    "response.reasoning_text.delta": ReasoningDelta,
+    "response.reasoning_summary_text.delta": ReasoningDelta,
+}
+_CALLS = ("function_call", "custom_tool_call")
+# Items whose content arrives as the deltas above: nothing of them is passed whole.
+_STREAMED = ("message", "reasoning", *_CALLS)
+_INCOMPLETE = {"max_output_tokens": "length", "content_filter": "content_filter"}
+_SNIPPET = 120
+
+
+class ResponsesEventDecoder:
+    """One backend stream's events. `done`/`finished`: a terminal `response.*` came."""
+
+    __slots__ = ("_calls", "_index", "_streamed", "_tier", "done", "finished")
+
+    def __init__(self) -> None:
+        self.done = False
+        self.finished = False
+        self._tier: str | None = None
+        # per backend item (`_at`): [kind, arguments or input streamed so far, text seen]
+        self._calls: dict[Any, list[Any]] = {}
+        self._index: dict[Any, int] = {}  # backend item -> the call's own index
+        self._streamed: set[Any] = set()  # output indexes whose text came in deltas
+
+    def decode(self, messages: list[bytes | SSEMessage]) -> list[Delta]:
+        """The deltas of a batch of events; stops after an error or the terminal event."""
+        out: list[Delta] = []
+        for message in messages:
+            if self.done:
+                break
+            data = message if message.__class__ is bytes else message.data  # type: ignore[union-attr]
+            try:
+                obj = _loads(data)
+            except orjson.JSONDecodeError:
+                if data.strip() in (b"[DONE]", "[DONE]"):
+                    continue  # some relays end a Responses stream as a Chat one
+                snippet = data[:_SNIPPET]
+                text = snippet.decode("utf-8", "replace") if isinstance(snippet, bytes) else snippet
+                out.append(
+                    UpstreamError(INVALID_CHUNK, f"The backend sent malformed JSON: {text!r}")
+                )
+                break
+            if obj.__class__ is dict:
+                self._event(obj, out)
+                if out and out[-1].__class__ is UpstreamError:
+                    self.done = True
+                    break
+        return out
+
+    def _event(self, obj: dict[str, Any], out: list[Delta]) -> None:
+        kind = obj.get("type")
+        text_delta = _TEXT.get(kind)
+        if text_delta is not None:
+            piece = obj.get("delta")
+            if isinstance(piece, str) and piece:
+                self._streamed.add(_at(obj))
+                out.append(text_delta(piece))
+        elif kind in (
+            "response.function_call_arguments.delta",
+            "response.custom_tool_call_input.delta",
+        ):
+            self._call_piece(obj, out)
+        elif kind == "response.output_item.added":
+            self._added(obj, out)
+        elif kind == "response.output_item.done":
+            self._done(obj, out)
+        elif kind in ("response.completed", "response.incomplete", "response.failed"):
+            self._terminal(kind, obj.get("response"), out)
+        elif kind == "error" or (kind is None and ("error" in obj or obj.get("object") == "error")):
+            out.append(_error(obj))
+
+    # -- calls --------------------------------------------------------------------------
+
+    def _own(self, at: Any) -> int:
+        own = self._index.get(at)
+        if own is None:
+            own = self._index[at] = len(self._index)
+        return own
+
+    def _added(self, obj: dict[str, Any], out: list[Delta]) -> None:
+        item, at = obj.get("item"), _at(obj)
+        if not isinstance(item, dict) or item.get("type") not in _CALLS:
+            return
+        self._calls[at] = [item["type"], "", False]
+        out.append(ToolCallDelta(self._own(at), _str(item.get("call_id")) or None, _name(item)))
+
+    def _call_piece(self, obj: dict[str, Any], out: list[Delta]) -> None:
+        at, piece = _at(obj), obj.get("delta")
+        call = self._calls.get(at)
+        if call is None or not isinstance(piece, str) or not piece:
+            return
+        call[1] += piece
+        if call[0] == "function_call":  # custom input is JSON-wrapped once whole, at done
+            out.append(ToolCallDelta(self._own(at), arguments=piece))
+
+    def _done(self, obj: dict[str, Any], out: list[Delta]) -> None:
+        item, at = obj.get("item"), _at(obj)
+        if not isinstance(item, dict):
+            return
+        kind = item.get("type")
+        if kind in _CALLS:
+            self._call_done(at, item, out)
+        elif kind == "message":
+            if at not in self._streamed:  # a backend that sends items whole
+                for part in item.get("content") or ():
+                    if isinstance(part, dict) and isinstance(part.get("text"), str):
+                        kind_of = RefusalDelta if part.get("type") == "refusal" else TextDelta
+                        out.append(kind_of(part["text"]))
+                    elif isinstance(part, dict) and isinstance(part.get("refusal"), str):
+                        out.append(RefusalDelta(part["refusal"]))
+        elif kind == "reasoning":
+            if at not in self._streamed:
+                text = "\n".join(_texts(item.get("content"), "reasoning_text"))
+                text = text or "\n\n".join(_texts(item.get("summary"), "summary_text"))
+                if text:
+                    out.append(ReasoningDelta(text))
+            blob = item.get("encrypted_content")
+            if isinstance(blob, str) and blob:
+                out.append(ReasoningBlob(blob))
+        else:  # a hosted call, or an item type this gateway does not know: whole
+            out.append(WholeItem({**item, "id": new_id(_prefix(item))}))
+
+    def _call_done(self, at: Any, item: dict[str, Any], out: list[Delta]) -> None:
+        call = self._calls.pop(at, None)
+        if call is None:  # no `added` came for it: the whole call now
+            call = [item["type"], "", False]
+            out.append(ToolCallDelta(self._own(at), _str(item.get("call_id")) or None, _name(item)))
+        if item["type"] == "custom_tool_call":
+            text = _str(item.get("input")) or call[1]
+            out.append(
+                ToolCallDelta(self._own(at), arguments=orjson.dumps({"input": text}).decode())
+            )
+            return
+        whole = _str(item.get("arguments"))
+        if whole.startswith(call[1]) and len(whole) > len(call[1]):
+            out.append(ToolCallDelta(self._own(at), arguments=whole[len(call[1]) :]))
+
+    # -- the end ------------------------------------------------------------------------
+
+    def _terminal(self, kind: str, response: Any, out: list[Delta]) -> None:
+        response = response if isinstance(response, dict) else {}
+        self.done = self.finished = True
+        tier = response.get("service_tier")
+        if isinstance(tier, str) and tier and tier != self._tier:
+            self._tier = tier
+            out.append(ServiceTier(tier))
+        usage = response.get("usage")
+        if isinstance(usage, dict):
+            out.append(decode_usage(usage))
+        if kind == "response.failed":
+            out.append(_error({"error": response.get("error") or {}}))
+            return
+        if kind == "response.incomplete":
+            reason = _str((response.get("incomplete_details") or {}).get("reason"))
+            out.append(Finish(_INCOMPLETE.get(reason, "length")))
+            return
+        out.append(Finish("tool_calls" if self._index else "stop"))
+
+
+class ResponsesDecoder(ChatDecoder):
+    """A Responses stream's body bytes -> batches of deltas, and its end (sans-I/O): the
+    framing, batches and end-of-body rules are `ChatDecoder`'s; the events are read by
+    `ResponsesEventDecoder` (a terminal `response.*` event is the whole answer)."""
+
+    __slots__ = ()
+
+    def __init__(self, idle_timeout: float = 300, first_byte_timeout: float | None = None) -> None:
+        super().__init__(idle_timeout, first_byte_timeout)
+        self._chat = ResponsesEventDecoder()  # type: ignore[assignment]
+
+
+def decode_response_body(raw: bytes | bytearray) -> list[Delta]:
+    """A whole (non-streamed) Response, as the deltas its stream would have carried."""
+    try:
+        body = _loads(raw)
+    except orjson.JSONDecodeError:
+        return [UpstreamError(INVALID_CHUNK, "The backend answered with malformed JSON.")]
+    if not isinstance(body, dict):
+        return [
+            UpstreamError(INVALID_CHUNK, "The backend answered with a JSON value, not a Response.")
+        ]
+    error = payload_error(body) if body.get("object") != "response" else None
+    if error is not None:
+        return [error]
+    decoder = ResponsesEventDecoder()
+    out: list[Delta] = []
+    for at, item in enumerate(body.get("output") or ()):
+        if isinstance(item, dict):
+            decoder._done({"item": item, "output_index": at}, out)
+    status = body.get("status")
+    kind = {"failed": "response.failed", "incomplete": "response.incomplete"}.get(
+        status if isinstance(status, str) else "", "response.completed"
+    )
+    decoder._terminal(kind, body, out)
+    return out
+
+
+def decode_usage(usage: dict[str, Any]) -> Usage:
+    """A Responses `usage` object (input/output tokens and their details)."""
+    inputs = usage.get("input_tokens_details")
+    outputs = usage.get("output_tokens_details")
+    inputs = inputs if isinstance(inputs, dict) else {}
+    outputs = outputs if isinstance(outputs, dict) else {}
+    return Usage(
+        input_tokens=_int(usage.get("input_tokens")),
+        output_tokens=_int(usage.get("output_tokens")),
+        cached_tokens=_int(inputs.get("cached_tokens")),
+        reasoning_tokens=_int(outputs.get("reasoning_tokens")),
+    )
+
+
+def _error(obj: dict[str, Any]) -> UpstreamError:
+    """An `error` event (`{type, code, message, param}`), or `response.failed`'s `error`,
+    with the codes a Chat backend's errors get (context overflow recognised)."""
+    inner = obj.get("error")
+    err: dict[str, Any] = inner if isinstance(inner, dict) else obj
+    code = _str(err.get("code")) or "server_error"
+    message = _str(err.get("message")) or "The backend reported an error."
+    if is_context_overflow(code, message) or is_context_overflow(_str(err.get("type")), ""):
+        code = CONTEXT_OVERFLOW
+    return UpstreamError(code, message)
+
+
+def _at(obj: dict[str, Any]) -> Any:
+    """Which backend item an event is about: its `output_index`, else (llama.cpp sends none)
+    the item's id."""
+    index = obj.get("output_index")
+    if isinstance(index, int) and not isinstance(index, bool):
+        return index
+    item = obj.get("item")
+    item_id = obj.get("item_id") or (item.get("id") if isinstance(item, dict) else None)
+    return item_id if isinstance(item_id, str) else 0
+
+
+def _name(item: dict[str, Any]) -> str:
+    """The call's name as the map knows it: a split name is joined back as `ns.name`."""
+    name, namespace = _str(item.get("name")), _str(item.get("namespace"))
+    return f"{namespace}.{name}" if namespace else name
+
+
+def _texts(parts: Any, kind: str) -> list[str]:
+    if not isinstance(parts, list):
+        return []
+    return [
+        p["text"]
+        for p in parts
+        if isinstance(p, dict) and p.get("type") == kind and isinstance(p.get("text"), str)
+    ]
+
+
+def _prefix(item: dict[str, Any]) -> str:
+    raw = item.get("id")
+    if isinstance(raw, str) and "_" in raw:
+        return raw.partition("_")[0][:8] or "item"
+    return "item"
+
+
+def _str(value: Any) -> str:
+    return value if isinstance(value, str) else ""
+
+
+def _int(value: Any) -> int:
+    return value if isinstance(value, int) and not isinstance(value, bool) else 0
