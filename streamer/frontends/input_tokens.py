@@ -54,7 +54,7 @@ async def count_input_tokens(request: web.Request) -> web.Response:
     api = TOKENIZERS.get(backend_profile(gateway.settings).tokenizer or "")
     counted = None
     if api is not None:
-        upstream = gateway.upstreams.resolve(turn)
+        upstream = gateway.upstreams.replica(turn)
         counted = await _count(upstream, api, chat, turn.headers, turn.client)
     if counted is None:
         return json_response(input_tokens_object(estimate(chat), estimated=True))

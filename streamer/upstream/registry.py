@@ -91,6 +91,12 @@ class UpstreamRegistry:
             plan = self.plan(turn.request)
         return TurnRoute(self.router, plan, turn)
 
+    def replica(self, turn: Turn) -> Any:
+        """A backend of `turn`'s model for what is not a turn (its tokenizer): the model's
+        first replica (replicas of one model share a tokenizer)."""
+        plan = turn.route if isinstance(turn.route, Plan) else self.plan(turn.request)
+        return plan.route.replicas[0].backend if plan.route.replicas else self.default
+
     def chat(self) -> Any:
         """The single-backend flags' Chat client (the profile probe reads its models)."""
         return self.default
