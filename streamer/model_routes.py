@@ -27,10 +27,22 @@ def load_config(settings: Settings, upstream: str | None = None) -> ModelsConfig
     """`--config`'s models (a `ConfigError` says what is wrong), else one model on
     `upstream` (default `--upstream`)."""
     if settings.config:
-        return load(settings.config, os.environ, tuple(PROFILES))
+        return per_worker(load(settings.config, os.environ, tuple(PROFILES)), settings.workers)
     url = upstream or settings.upstream
     assert url is not None
     return single(url, api_key=settings.upstream_api_key, model=settings.model)
+
+
+def per_worker(config: ModelsConfig, workers: int) -> ModelsConfig:
+    """Each of `--workers N` holds its share of every model's `max_concurrency` (as of
+    `--upstream-max-connections`): the limit stays one across the gateway."""
+    if workers <= 1:
+        return config
+    models = tuple(
+        replace(m, max_concurrency=max(1, m.max_concurrency // workers)) if m.max_concurrency else m
+        for m in config.models
+    )
+    return replace(config, models=models)
 
 
 def check_config(settings: Settings) -> None:

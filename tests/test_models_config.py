@@ -207,3 +207,19 @@ def test_the_readme_example_parses() -> None:
     text = section.split("```toml\n", 1)[1].split("```", 1)[0]
     config = parse(text, "README.md", ENV, PROFILE_NAMES)
     assert [m.name for m in config.models] == ["local", "api"]
+
+
+def test_each_worker_holds_its_share_of_a_models_concurrency() -> None:
+    from streamer.model_routes import per_worker
+    from streamer.models_config import ModelsConfig, ModelSpec
+
+    config = ModelsConfig(
+        (
+            ModelSpec("a", ("http://a/v1",), max_concurrency=64),
+            ModelSpec("b", ("http://b/v1",), max_concurrency=1),
+            ModelSpec("c", ("http://c/v1",)),
+        )
+    )
+    shares = [m.max_concurrency for m in per_worker(config, 3).models]
+    assert shares == [21, 1, 0]  # 0: no limit
+    assert per_worker(config, 1) is config
