@@ -44,6 +44,10 @@ DEVIATIONS: dict[str, str] = {
     "items.hosted": "hosted tool calls (web_search_call, file_search_call, mcp_call, ...) that "
     "a Responses backend ran (--upstream-api responses) pass through as it sent them; the "
     "spec has no schema for them; checked by the SDK only",
+    "events.foreign": "event types the gateway does not make, streamed by a Responses backend "
+    "(a hosted call's progress such as response.web_search_call.searching, a vendor's own), "
+    "pass through in stream order with the gateway's sequence_number; hosted progress events "
+    "are checked by the SDK only",
     "events.reasoning_text": "OpenAI names the reasoning text events "
     "response.reasoning_text.delta/done (the spec: response.reasoning.delta/done); Codex and "
     "the SDK read only OpenAI's names",
@@ -221,6 +225,13 @@ def check_response(response: dict[str, Any], where: str = "response") -> list[st
     return errors + _errors("ResponseResource", _spec_view(response), where)
 
 
+def _is_hosted_progress(kind: Any) -> bool:
+    """`response.web_search_call.searching` and the like: a hosted call's progress, passed
+    on from a Responses backend that ran it (the SDK knows them, the spec does not)."""
+    parts = kind.split(".") if isinstance(kind, str) else []
+    return len(parts) > 2 and parts[1] in _HOSTED_ITEMS
+
+
 def check_event(data: bytes | dict[str, Any], where: str = "event") -> list[str]:
     event = orjson.loads(data) if isinstance(data, bytes) else data
     kind = event.get("type")
@@ -229,7 +240,7 @@ def check_event(data: bytes | dict[str, Any], where: str = "event") -> list[str]
         errors = _sdk(_sdk_event, {**event, "response": _sdk_view(event["response"])}, where)
     else:
         errors = _sdk(_sdk_event, event, where)
-    if kind in _SDK_ONLY_EVENTS:
+    if kind in _SDK_ONLY_EVENTS or _is_hosted_progress(kind):
         return errors
     item = event.get("item")
     if isinstance(item, dict) and item.get("type") in _EXTENSION_ITEMS:

@@ -10,6 +10,7 @@ byte, and the same final response.
 from __future__ import annotations
 
 import itertools
+from unittest import mock
 from typing import Any
 
 from hypothesis import example, given, settings
@@ -69,6 +70,11 @@ turns = st.lists(
 
 
 def run(turn: list[Delta], cuts: list[int], limit: int, fast: bool) -> tuple[list[Event], Any]:
+    with mock.patch("streamer.core.output.time.time", return_value=1_700_000_000.0):
+        return _run(turn, cuts, limit, fast)  # one clock: the two runs may straddle a second
+
+
+def _run(turn: list[Delta], cuts: list[int], limit: int, fast: bool) -> tuple[list[Event], Any]:
     counter = itertools.count()
     names = ResponsesToolNames.convert(TOOLS)
     response = new_response({"model": "m", "tools": TOOLS}, response_id="resp_1", created_at=1)

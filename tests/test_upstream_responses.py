@@ -24,6 +24,7 @@ from streamer.config import settings_from
 from streamer.core.backend_tools import BackendTools
 from streamer.core.deltas import (
     Finish,
+    ForeignEvent,
     ReasoningBlob,
     ReasoningDelta,
     TextDelta,
@@ -92,6 +93,7 @@ def test_text_reasoning_and_usage_become_the_chat_deltas() -> None:
     assert deltas == [
         ReasoningDelta("hmm"),
         TextDelta("Hi"),
+        ForeignEvent({"type": "response.brand_new_event", "whatever": 1}),  # survives
         Usage(input_tokens=3, output_tokens=2, cached_tokens=1),
         Finish("stop"),
     ]
@@ -599,3 +601,41 @@ def test_hosted_tools_left_out_are_logged(caplog: pytest.LogCaptureFixture) -> N
             request, [], ResponsesToolNames.convert(TOOLS), LoweringOptions()
         )
     assert "left out" not in caplog.text
+
+
+def test_event_types_the_gateway_does_not_make_pass_through() -> None:
+    vendor = {"type": "response.vendor.progress", "sequence_number": 7, "stage": "planning"}
+    deltas = decode(
+        sse(
+            {"type": "response.reasoning.delta", "delta": "hm"},  # Open Responses' name
+            vendor,
+            {"type": "response.output_text.delta", "delta": "ok"},
+            completed(),
+        )
+    )
+    assert deltas[:3] == [
+        ReasoningDelta("hm"),
+        ForeignEvent({"type": "response.vendor.progress", "stage": "planning"}),
+        TextDelta("ok"),
+    ]
+
+
+@pytest.mark.emits_invalid  # a vendor's event type: neither the spec nor the SDK knows it
+async def test_a_vendor_event_reaches_the_client_in_order_with_our_sequence_number() -> None:
+    script = [
+        *text_chunks(["Hel"]),
+        {"type": "response.vendor.progress", "stage": "planning", "sequence_number": 99},
+        *text_chunks(["lo"]),
+        finish("stop"),
+        DONE,
+    ]
+    async with _harness("flat", "generic") as gw, _sdk(gw) as client:
+        gw.backend.script(script)
+        stream = await client.responses.create(model="m", input="hi", stream=True)
+        events = [event async for event in stream]
+    kinds = [e.type for e in events]
+    at = kinds.index("response.vendor.progress")
+    assert kinds.index("response.output_text.delta") < at < len(kinds) - 1
+    assert [e.sequence_number for e in events] == list(range(len(events)))
+    assert events[at].model_extra == {"stage": "planning"}  # type: ignore[union-attr]
+    assert events[-1].response.output_text == "Hello"  # type: ignore[union-attr]

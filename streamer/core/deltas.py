@@ -102,6 +102,14 @@ class WholeItem:
     item: dict[str, Any]
 
 
+@dataclass(slots=True)
+class ForeignEvent:
+    """An event type the gateway does not know, from a backend that streams Responses
+    events: passed on as sent, with the gateway's `sequence_number`."""
+
+    event: dict[str, Any]
+
+
 Delta = (
     TextDelta
     | LoggedText
@@ -113,5 +121,6 @@ Delta = (
     | Usage
     | UpstreamError
     | WholeItem
+    | ForeignEvent
     | ServiceTier
 )

@@ -30,6 +30,7 @@ import orjson
 from streamer.core.deltas import (
     Delta,
     Finish,
+    ForeignEvent,
     LoggedText,
     ReasoningBlob,
     ReasoningDelta,
@@ -146,6 +147,7 @@ class OutputItemStreamer:
             Usage: self._on_usage,
             UpstreamError: self._on_error,
             WholeItem: self._on_whole_item,
+            ForeignEvent: self._on_foreign,
             ReasoningBlob: self._on_reasoning_blob,
             ServiceTier: self._on_service_tier,
         }
@@ -332,6 +334,10 @@ class OutputItemStreamer:
         for event_type in ("response.output_item.added", "response.output_item.done"):
             self._event({"type": event_type, "output_index": output_index, "item": item})
         self._output.append(item)
+
+    def _on_foreign(self, delta: ForeignEvent) -> None:
+        """An event type this gateway does not know: it survives, in stream order."""
+        self._event(dict(delta.event))
 
     # -- limits -------------------------------------------------------------------
 

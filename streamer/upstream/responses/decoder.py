@@ -25,6 +25,7 @@ import orjson
 from streamer.core.deltas import (
     Delta,
     Finish,
+    ForeignEvent,
     ReasoningBlob,
     ReasoningDelta,
     RefusalDelta,
@@ -45,8 +46,25 @@ _TEXT: dict[Any, type[TextDelta | RefusalDelta | ReasoningDelta]] = {
     "response.output_text.delta": TextDelta,
     "response.refusal.delta": RefusalDelta,
     "response.reasoning_text.delta": ReasoningDelta,
+    "response.reasoning.delta": ReasoningDelta,  # Open Responses' name for it
     "response.reasoning_summary_text.delta": ReasoningDelta,
 }
+# Events the decoder reads or the streamer makes anew from the deltas; any other type is
+# passed on as it came (`ForeignEvent`), so a backend's extensions survive.
+_KNOWN = frozenset(
+    f"response.{name}"
+    for name in (
+        "created", "in_progress", "queued", "completed", "incomplete", "failed",
+        "output_item.added", "output_item.done", "content_part.added", "content_part.done",
+        "output_text.delta", "output_text.done", "output_text.annotation.added",
+        "refusal.delta", "refusal.done", "function_call_arguments.delta",
+        "function_call_arguments.done", "custom_tool_call_input.delta",
+        "custom_tool_call_input.done", "reasoning_text.delta", "reasoning_text.done",
+        "reasoning.delta", "reasoning.done", "reasoning_summary_part.added",
+        "reasoning_summary_part.done", "reasoning_summary_text.delta",
+        "reasoning_summary_text.done",
+    )
+)  # fmt: skip
 _CALLS = ("function_call", "custom_tool_call")
 # Items whose content arrives as the deltas above: nothing of them is passed whole.
 _STREAMED = ("message", "reasoning", *_CALLS)
@@ -114,6 +132,8 @@ class ResponsesEventDecoder:
             self._terminal(kind, obj.get("response"), out)
         elif kind == "error" or (kind is None and ("error" in obj or obj.get("object") == "error")):
             out.append(_error(obj))
+        elif isinstance(kind, str) and kind not in _KNOWN:
+            out.append(ForeignEvent({k: v for k, v in obj.items() if k != "sequence_number"}))
 
     # -- calls --------------------------------------------------------------------------
 
