@@ -384,13 +384,16 @@ def _user_part(part: dict[str, Any], file_parts: bool) -> dict[str, Any]:
 
 EFFORT_SCALE = ("none", "minimal", "low", "medium", "high", "xhigh", "max")
 """Reasoning efforts from least to most: a value a backend does not take becomes the
-nearest one it does (ties go to the lesser effort)."""
+nearest one it does (ties go to the lesser effort). "none" is no reasoning, not a level:
+a backend that does not take it gets no effort at all, never a higher one."""
 
 
 def nearest_effort(effort: str, accepted: tuple[str, ...] | None) -> str | None:
     """`effort` as the backend takes it: itself, the nearest accepted value, or None."""
     if accepted is None or effort in accepted:
         return effort
+    if effort == "none":
+        return None  # mapped up, "no reasoning" would become "some reasoning"
     known = [a for a in accepted if a in EFFORT_SCALE]
     if effort not in EFFORT_SCALE or not known:
         return None  # a value nobody ranks, or a backend that takes none: not sent
