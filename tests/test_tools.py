@@ -423,6 +423,7 @@ def test_a_function_named_shell_keeps_its_name() -> None:
 )
 def test_a_malformed_shell_environment_is_a_400(environment: Any, param: str) -> None:
     assert error(convert, [{"type": "shell", "environment": environment}]).param == param
+    assert error(convert, [{"type": ["shell"]}]).param == "tools[0].type"  # unhashable: no 500
 
 
 def test_local_shell_is_a_function_whose_arguments_are_the_action() -> None:

@@ -140,7 +140,7 @@ def _collect(lst: Sequence[Any], base: str, out: list[Decl], seen: set[_Key]) ->
                 _add(None, "tool_search", "tool_search", tool, None, p, local, out, seen)
         elif kind == "local_shell":  # executed by the client: a function to the backend
             _add(None, "local_shell", "local_shell", tool, None, p, local, out, seen)
-        elif kind in CLIENT_TOOLS:  # shell, apply_patch: the client's unless hosted
+        elif isinstance(kind, str) and kind in CLIENT_TOOLS:  # the client's unless hosted
             if runs_on_client(tool, p):
                 _add(None, kind, CLIENT_TOOLS[kind].kind, tool, None, p, local, out, seen)
         elif not isinstance(kind, str):
