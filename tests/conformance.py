@@ -63,8 +63,7 @@ DEVIATIONS: dict[str, str] = {
     "spec nests them in an `error` object, and the OpenAI SDK raises an APIError on an "
     "`error` event with an `error` object instead of yielding the event",
 }
-# Tools the gateway serves (their echo checked by the SDK).
-_OURS = frozenset({"function", "custom", "namespace", "tool_search", "shell", "apply_patch"})
+_OURS = frozenset({"function", "custom", "namespace", "tool_search"})  # tools the gateway serves
 _SDK_UNKNOWN_CODES = frozenset({"context_length_exceeded"})
 
 _RENAMED_EVENTS = {
