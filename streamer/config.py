@@ -292,8 +292,8 @@ SETTINGS: tuple[Setting, ...] = (
         "--reasoning-efforts",
         "reasoning_efforts",
         None,
-        "Comma-separated reasoning efforts the backend takes (others map to the nearest; "
-        "empty: never sent; `any`: passed through). Unset: the profile's (generic: "
+        "Comma-separated reasoning efforts the backend takes (others map to the nearest, "
+        "but `none` is sent only as itself; empty: never sent; `any`: passed through). Unset: the profile's (generic: "
         "low,medium,high).",
     ),
     Setting(

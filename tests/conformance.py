@@ -39,8 +39,9 @@ DEVIATIONS: dict[str, str] = {
     "spec has no schema for (Codex and the Agents SDK send them); checked by the SDK only",
     "tools.hosted": "hosted tools (web_search, file_search, mcp, ...) are echoed as the client "
     "sent them: the gateway neither runs nor forwards them; not checked",
-    "items.extensions": "custom_tool_call, tool_search_call, tool_search_output and "
-    "local_shell_call output items are OpenAI extensions; checked by the SDK only",
+    "items.extensions": "custom_tool_call, tool_search_call, tool_search_output, "
+    "local_shell_call, shell_call and apply_patch_call output items are OpenAI extensions; "
+    "checked by the SDK only",
     "items.hosted": "hosted tool calls (web_search_call, file_search_call, mcp_call, ...) that "
     "a Responses backend ran (--upstream-api responses) pass through as it sent them; the "
     "spec has no schema for them; checked by the SDK only",
@@ -55,8 +56,9 @@ DEVIATIONS: dict[str, str] = {
     "custom tool's input (OpenAI extension); checked by the SDK only",
     "text.format.schema": "a json_schema format echoes its `schema` object as OpenAI does; "
     "the spec types `schema` as null",
-    "tool_choice.extensions": "tool_choice {type: custom} and allowed_tools over custom "
-    "tools are OpenAI extensions; checked by the SDK only",
+    "tool_choice.extensions": "tool_choice {type: custom}, {type: shell}, {type: "
+    "apply_patch} and allowed_tools over custom tools are OpenAI extensions; checked by the "
+    "SDK only",
     "tool_choice.namespace": "tool_choice {type: namespace, name} (this gateway's extension: "
     "any tool of that namespace) is echoed as sent; neither the spec nor the SDK has it",
     "echo.open_enums": "the request's enum-like strings (reasoning effort and summary, text "
@@ -85,9 +87,19 @@ _HOSTED_ITEMS = frozenset(
     }
 )  # fmt: skip
 _EXTENSION_ITEMS = (
-    frozenset({"custom_tool_call", "tool_search_call", "tool_search_output", "local_shell_call"})
+    frozenset(
+        {
+            "custom_tool_call",
+            "tool_search_call",
+            "tool_search_output",
+            "local_shell_call",
+            "shell_call",
+            "apply_patch_call",
+        }
+    )
     | _HOSTED_ITEMS
 )
+_EXTENSION_CHOICES = frozenset({"custom", "shell", "apply_patch"})
 _RESPONSE_EVENTS = frozenset(
     {
         "response.created",
@@ -158,6 +170,8 @@ def _spec_view(response: dict[str, Any]) -> dict[str, Any]:
         tools = choice.get("tools") or []
         if choice.get("type") == "custom" or any(t.get("type") != "function" for t in tools):
             view["tool_choice"] = "auto"
+    if isinstance(choice, dict) and choice.get("type") in _EXTENSION_CHOICES:
+        view["tool_choice"] = "auto"
     return view
 
 

@@ -213,7 +213,10 @@ async def test_system_messages_keep_leaves_them_in_place() -> None:
         ("ollama", "minimal", "none"),
         ("openai", "xhigh", "xhigh"),
         ("deepseek", "max", "max"),  # api-docs.deepseek.com guides/thinking_mode
-        ("deepseek", "none", "minimal"),
+        ("deepseek", "none", None),  # "none" is never mapped up to some reasoning
+        ("generic", "none", None),
+        ("vllm", "none", None),
+        ("sglang", "none", None),
         ("kimi", "high", None),
     ],
 )

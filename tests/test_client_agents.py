@@ -26,6 +26,9 @@ agents = pytest.importorskip("agents", reason="openai-agents is not installed (t
 
 from agents import (  # noqa: E402
     Agent,
+    ApplyPatchOperation,
+    ApplyPatchResult,
+    ApplyPatchTool,
     ItemHelpers,
     LocalShellCommandRequest,
     LocalShellTool,
@@ -34,8 +37,14 @@ from agents import (  # noqa: E402
     OpenAIProvider,
     RunConfig,
     Runner,
+    ShellCallOutcome,
+    ShellCommandOutput,
+    ShellCommandRequest,
+    ShellResult,
+    ShellTool,
     SQLiteSession,
     ToolSearchTool,
+    apply_diff,
     function_tool,
     handoff,
     responses_websocket_session,
@@ -360,6 +369,100 @@ async def test_local_shell(gw: GatewayHarness, run_config: RunConfig) -> None:
     assert _roles(second) == ["system", "user", "assistant", "tool"]
     assert second["messages"][2]["tool_calls"][0]["function"]["name"] == "local_shell"
     assert second["messages"][3]["content"] == "notes.txt"
+
+
+async def test_shell_tool(gw: GatewayHarness, run_config: RunConfig) -> None:
+    """`ShellTool`: a function `shell` to the backend; its call comes back as a shell_call the
+    SDK runs (it failed with "Tool shell not found" when the tool was dropped), and the
+    call and its output replay as a tool call and a tool message."""
+    requests: list[tuple[list[str], int | None]] = []
+
+    def run_shell(request: ShellCommandRequest) -> ShellResult:
+        action = request.data.action
+        requests.append((list(action.commands), action.timeout_ms))
+        return ShellResult(
+            output=[
+                ShellCommandOutput(stdout="notes.txt\n", outcome=ShellCallOutcome("exit", 0)),
+                ShellCommandOutput(stderr="nope\n", outcome=ShellCallOutcome("exit", 2)),
+            ]
+        )
+
+    agent = Agent(name="a", instructions="Use the shell.", tools=[ShellTool(executor=run_shell)])
+    gw.backend.script(
+        _call("call_sh", "shell", '{"commands": ["ls", "cat x"],', ' "timeout_ms": 900}'),
+        _text("There is notes.txt."),
+    )
+    result = await Runner.run(agent, "What files are here?", run_config=run_config)
+
+    assert result.final_output == "There is notes.txt."
+    assert requests == [(["ls", "cat x"], 900)]
+    assert _item_types(result)[:2] == ["tool_call_item", "tool_call_output_item"]
+    raw = result.new_items[0].raw_item
+    assert (raw if isinstance(raw, dict) else raw.to_dict())["type"] == "shell_call"
+    first, second = gw.backend.requests
+    assert _tool_names(first) == ["shell"]
+    assert first["tools"][0]["function"]["parameters"]["required"] == ["commands"]
+    assert _roles(second) == ["system", "user", "assistant", "tool"]
+    (replayed,) = second["messages"][2]["tool_calls"]
+    assert replayed["id"] == "call_sh" and replayed["function"]["name"] == "shell"
+    assert orjson.loads(replayed["function"]["arguments"]) == {
+        "commands": ["ls", "cat x"],
+        "timeout_ms": 900,
+    }
+    assert second["messages"][3] == {
+        "role": "tool",
+        "tool_call_id": "call_sh",
+        "content": "notes.txt\n[exit code 0]\n[stderr]\nnope\n[exit code 2]",
+    }
+
+
+class _Files:
+    """An `ApplyPatchEditor` over a dict of files, applying V4A diffs as the SDK does."""
+
+    def __init__(self, **files: str) -> None:
+        self.files = dict(files)
+
+    def create_file(self, op: ApplyPatchOperation) -> ApplyPatchResult:
+        self.files[op.path] = apply_diff("", op.diff or "", mode="create")
+        return ApplyPatchResult(output=f"Created {op.path}")
+
+    def update_file(self, op: ApplyPatchOperation) -> ApplyPatchResult:
+        self.files[op.path] = apply_diff(self.files[op.path], op.diff or "")
+        return ApplyPatchResult(output=f"Updated {op.path}")
+
+    def delete_file(self, op: ApplyPatchOperation) -> ApplyPatchResult:
+        del self.files[op.path]
+        return ApplyPatchResult(output=f"Deleted {op.path}")
+
+
+async def test_apply_patch_tool(gw: GatewayHarness, run_config: RunConfig) -> None:
+    """`ApplyPatchTool`: a function `apply_patch` whose arguments are the operation; the call
+    comes back as an apply_patch_call the SDK's editor applies (V4A diffs), over two turns."""
+    editor = _Files(**{"todo.txt": "buy milk\ncall Ada\n"})
+    agent = Agent(name="a", instructions="Edit files.", tools=[ApplyPatchTool(editor=editor)])
+    create = {"type": "create_file", "path": "hello.txt", "diff": "+hello\n+world\n"}
+    update = {"type": "update_file", "path": "todo.txt", "diff": "@@\n-buy milk\n+buy bread\n"}
+    gw.backend.script(
+        _call("call_c", "apply_patch", orjson.dumps(create).decode()),
+        _call("call_u", "apply_patch", orjson.dumps(update).decode()),
+        _text("Done."),
+    )
+    result = await Runner.run(agent, "Make the edits.", run_config=run_config)
+
+    assert result.final_output == "Done."
+    assert editor.files == {"hello.txt": "hello\nworld", "todo.txt": "buy bread\ncall Ada\n"}
+    calls = [i.raw_item for i in result.new_items if i.type == "tool_call_item"]
+    types = [(c if isinstance(c, dict) else c.to_dict())["type"] for c in calls]
+    assert types == ["apply_patch_call", "apply_patch_call"]
+    first, _, third = gw.backend.requests
+    assert _tool_names(first) == ["apply_patch"]
+    assert _roles(third) == ["system", "user", "assistant", "tool", "assistant", "tool"]
+    assert [orjson.loads(m["tool_calls"][0]["function"]["arguments"]) for m in
+            third["messages"] if m["role"] == "assistant"] == [create, update]  # fmt: skip
+    assert [m["content"] for m in third["messages"] if m["role"] == "tool"] == [
+        "Created hello.txt",
+        "Updated todo.txt",
+    ]
 
 
 @function_tool(defer_loading=True)

@@ -331,3 +331,54 @@ async def test_abort_mid_answer(gw: GatewayHarness) -> None:
     assert result["parts"][-1] == "abort"
     assert "text-delta" in result["parts"]
     await gw.backend.records[-1].wait_disconnect()
+
+
+async def test_shell_tool(gw: GatewayHarness) -> None:
+    """`openai.tools.shell`: a function `shell` to the backend, back as a shell_call the SDK
+    runs; with `store: true` the next step names the call by item_reference, resolved
+    through the store, and its output replays as a tool message."""
+    gw.backend.script(
+        _calls(("c_sh", "shell", '{"commands": ["ls -1"], "timeout_ms": 800}')),
+        _text("There is notes.txt."),
+    )
+    result = await _run(gw, "shell")
+
+    assert result["text"] == "There is notes.txt."
+    assert result["actions"] == [{"commands": ["ls -1"], "timeoutMs": 800}]
+    first, second = result["steps"]
+    assert first["toolCalls"][0]["name"] == "shell" and first["toolCalls"][0]["id"] == "c_sh"
+    assert first["toolResults"][0]["output"]["output"][0]["stdout"] == "notes.txt\n"
+    assert second["finishReason"] == "stop"
+    req1, req2 = gw.backend.requests
+    assert [t["function"]["name"] for t in req1["tools"]] == ["shell"]
+    assert _roles(req2) == ["system", "user", "assistant", "tool"]
+    (replayed,) = req2["messages"][2]["tool_calls"]
+    assert replayed["function"]["name"] == "shell"
+    assert json.loads(replayed["function"]["arguments"]) == {
+        "commands": ["ls -1"],
+        "timeout_ms": 800,
+    }
+    assert req2["messages"][3] == {
+        "role": "tool",
+        "tool_call_id": "c_sh",
+        "content": "notes.txt\n[exit code 0]",
+    }
+
+
+async def test_apply_patch_tool(gw: GatewayHarness) -> None:
+    """`openai.tools.applyPatch`, streamed: back as an apply_patch_call whose operation the SDK
+    streams as tool input and applies; its output replays as a tool message."""
+    operation = {"type": "create_file", "path": "hello.txt", "diff": "+hello\n"}
+    gw.backend.script(_calls(("c_ap", "apply_patch", json.dumps(operation))), _text("Created."))
+    result = await _run(gw, "apply_patch")
+
+    assert result["text"] == "Created."
+    assert result["operations"] == [operation]
+    assert json.loads(result["inputs"]["c_ap"]) == {"callId": "c_ap", "operation": operation}
+    assert result["steps"][0]["toolCalls"][0]["name"] == "apply_patch"
+    req1, req2 = gw.backend.requests
+    assert [t["function"]["name"] for t in req1["tools"]] == ["apply_patch"]
+    assert _roles(req2) == ["user", "assistant", "tool"]
+    (replayed,) = req2["messages"][1]["tool_calls"]
+    assert json.loads(replayed["function"]["arguments"]) == operation
+    assert req2["messages"][2]["content"] == "Created hello.txt"

@@ -136,12 +136,20 @@ HOSTED_TOOL = _obj(
                 "file_search",
                 "image_generation",
                 "local_shell",
+                "shell",
+                "apply_patch",
                 "mcp",
                 "computer_use_preview",
             ]
         )
     },
-    {"server_label": SAFE_TEXT, "vector_store_ids": st.lists(SAFE_TEXT, max_size=2)},
+    {
+        "server_label": SAFE_TEXT,
+        "vector_store_ids": st.lists(SAFE_TEXT, max_size=2),
+        "environment": st.one_of(
+            _obj({"type": st.sampled_from(["local", "container_auto"])}), JSON_ANY
+        ),
+    },
 )
 TOOL_SEARCH = _obj(
     {"type": st.just("tool_search")}, {"execution": st.sampled_from(["client", "server"])}
@@ -155,6 +163,7 @@ TOOL_CHOICE = st.one_of(
     st.sampled_from(["auto", "none", "required"]),
     _obj({"type": st.just("function"), "name": NAMES}, {"namespace": NAMES}),
     _obj({"type": st.just("custom"), "name": NAMES}),
+    _obj({"type": st.sampled_from(["shell", "apply_patch", "local_shell", "web_search"])}),
     _obj(
         {
             "type": st.just("allowed_tools"),
@@ -222,6 +231,20 @@ SEARCH_OUTPUT = _obj(
     {"call_id": CALL_IDS | st.none(), "tools": _sometimes(TOOLS), "execution": st.just("client")},
 )
 ADDITIONAL_TOOLS = _obj({"type": st.just("additional_tools"), "tools": _sometimes(TOOLS)})
+SHELL_ITEM = st.one_of(
+    _obj({"type": st.just("shell_call"), "call_id": CALL_IDS},
+         {"action": _obj({"commands": st.lists(SAFE_TEXT, max_size=2) | JSON_ANY},
+                         {"timeout_ms": st.integers() | JSON_ANY}) | JSON_ANY}),
+    _obj({"type": st.just("shell_call_output"), "call_id": CALL_IDS},
+         {"output": st.lists(_obj({}, {"stdout": SAFE_TEXT | JSON_ANY, "outcome": JSON_ANY}),
+                             max_size=2) | JSON_ANY}),
+    _obj({"type": st.just("apply_patch_call"), "call_id": CALL_IDS},
+         {"operation": _obj({"type": st.sampled_from(["create_file", "delete_file", "x"]),
+                             "path": SAFE_TEXT | JSON_ANY}, {"diff": SAFE_TEXT | JSON_ANY})
+          | JSON_ANY, "status": st.just("completed")}),
+    _obj({"type": st.just("apply_patch_call_output"), "call_id": CALL_IDS},
+         {"status": st.sampled_from(["completed", "failed"]), "output": SAFE_TEXT | JSON_ANY}),
+)  # fmt: skip
 OTHER_ITEM = st.one_of(
     _obj({"type": st.just("item_reference"), "id": SAFE_TEXT}),
     _obj({"id": SAFE_TEXT}),
@@ -230,7 +253,7 @@ OTHER_ITEM = st.one_of(
 )
 ITEM = st.one_of(
     MESSAGE, MESSAGE, FUNCTION_CALL, CUSTOM_CALL, CALL_OUTPUT, REASONING, SEARCH_CALL,
-    SEARCH_OUTPUT, ADDITIONAL_TOOLS, OTHER_ITEM, JSON_ANY,
+    SEARCH_OUTPUT, ADDITIONAL_TOOLS, SHELL_ITEM, OTHER_ITEM, JSON_ANY,
 )  # fmt: skip
 ITEMS = st.lists(ITEM, max_size=8)
 TEXT_CONFIG = st.sampled_from(

@@ -1296,7 +1296,8 @@ def test_system_messages_policies() -> None:
         ("xhigh", ("low", "medium", "high"), "high"),
         ("max", ("low", "medium", "high"), "high"),
         ("minimal", ("low", "medium", "high"), "low"),
-        ("none", ("low", "medium", "high"), "low"),
+        ("none", ("low", "medium", "high"), None),  # no reasoning, not the least of it
+        ("none", ("minimal", "low"), None),
         ("none", ("none", "low", "medium", "high"), "none"),
         ("minimal", ("none", "low", "medium", "high"), "none"),
         ("high", (), None),

@@ -10,8 +10,8 @@ byte, and the same final response.
 from __future__ import annotations
 
 import itertools
-from unittest import mock
 from typing import Any
+from unittest import mock
 
 from hypothesis import example, given, settings
 from hypothesis import strategies as st

@@ -369,8 +369,8 @@ HOSTED = [
     {"type": "code_interpreter", "container": {"type": "auto"}},
     {"type": "computer_use_preview", "display_width": 1, "display_height": 1},
     {"type": "image_generation"},
-    {"type": "shell"},
-    {"type": "apply_patch"},
+    {"type": "shell", "environment": {"type": "container_auto"}},  # OpenAI's container
+    {"type": "shell", "environment": {"type": "container_reference", "container_id": "c"}},
     {"type": "tool_search"},
     {"type": "tool_search", "execution": "server"},
     {"type": "some_future_tool", "name": "x"},
@@ -383,6 +383,47 @@ def test_hosted_tools_are_not_flattened_and_not_errors() -> None:
     names = convert(tools)
     assert [t.name for t in names.tools] == ["exec_command"]
     assert tools == before  # the echo is the client's own list, untouched
+
+
+@pytest.mark.parametrize(
+    ("tool", "required"),
+    [
+        ({"type": "shell"}, ["commands"]),
+        ({"type": "shell", "environment": {"type": "local"}}, ["commands"]),  # the Agents SDK
+        ({"type": "apply_patch"}, ["type", "path"]),
+    ],
+)
+def test_shell_and_apply_patch_are_functions_named_by_their_type(
+    tool: dict[str, Any], required: list[str]
+) -> None:
+    kind = tool["type"]
+    names = convert([tool, fn("exec_command")])
+    flat = names.tools[0]
+    assert (flat.name, flat.identity) == (kind, ToolIdentity(None, kind, kind))  # type: ignore[arg-type]
+    assert flat.parameters is not None and flat.parameters["required"] == required
+    assert flat.description and flat.strict is None
+    assert names.decode(kind).kind == kind
+    assert names.encode(None, kind, kind) == kind  # type: ignore[arg-type]
+    assert names.resolve_choice({"type": kind}) == ResolvedChoice("required", (kind,))
+    assert error(convert, [tool, dict(tool)]).param == "tools[1]"
+
+
+def test_a_function_named_shell_keeps_its_name() -> None:
+    names = convert([fn("shell"), {"type": "shell"}])
+    function, shell = names.tools
+    assert function.name == "shell" and shell.name.startswith("shell_")
+    assert names.decode(shell.name).kind == "shell" and names.decode("shell").kind == "function"
+    assert names.resolve_choice({"type": "shell"}).allowed == (shell.name,)
+    assert names.resolve_choice({"type": "function", "name": "shell"}).allowed == ("shell",)
+
+
+@pytest.mark.parametrize(
+    ("environment", "param"),
+    [("local", "tools[0].environment"), ({"type": 3}, "tools[0].environment.type")],
+)
+def test_a_malformed_shell_environment_is_a_400(environment: Any, param: str) -> None:
+    assert error(convert, [{"type": "shell", "environment": environment}]).param == param
+    assert error(convert, [{"type": ["shell"]}]).param == "tools[0].type"  # unhashable: no 500
 
 
 def test_local_shell_is_a_function_whose_arguments_are_the_action() -> None:
@@ -680,14 +721,27 @@ def test_bare_name_in_functions_namespace_under_double_underscore() -> None:
         {"type": "computer_use_preview"},
         {"type": "code_interpreter"},
         {"type": "image_generation"},
-        {"type": "apply_patch"},
+        {"type": "apply_patch"},  # none declared
         {"type": "shell"},
+        {"type": "local_shell"},
         {"type": "programmatic_tool_calling"},
         {"type": "tool_search"},  # no client tool_search declared
     ],
 )
-def test_hosted_choices_become_auto(choices: ResponsesToolNames, choice: dict[str, Any]) -> None:
-    assert choices.resolve_choice(choice) == ResolvedChoice("auto")
+def test_forcing_a_tool_nothing_here_can_call_is_a_400(
+    choices: ResponsesToolNames, choice: dict[str, Any]
+) -> None:
+    """Forcing a hosted (or undeclared) tool would be silently ignored: a 400 instead."""
+    err = error(choices.resolve_choice, choice)
+    assert err.param == "tool_choice.type" and repr(choice["type"]) in err.message
+    allowed = {"type": "allowed_tools", "mode": "auto", "tools": [choice]}
+    assert choices.resolve_choice(allowed) == ResolvedChoice("auto")  # not forced: as before
+
+
+def test_a_shell_in_a_hosted_container_cannot_be_forced() -> None:
+    names = convert([{"type": "shell", "environment": {"type": "container_auto"}}, fn("a")])
+    assert [t.name for t in names.tools] == ["a"]
+    assert error(names.resolve_choice, {"type": "shell"}).param == "tool_choice.type"
 
 
 def test_tool_search_and_namespace_choices() -> None:
@@ -720,13 +774,17 @@ def test_allowed_tools(choices: ResponsesToolNames) -> None:
     assert choices.resolve_choice(choice).mode == "required"
 
 
-def test_allowed_tools_with_only_hosted_entries_is_auto(choices: ResponsesToolNames) -> None:
+def test_allowed_tools_with_only_hosted_entries(choices: ResponsesToolNames) -> None:
+    """Auto over only hosted tools stays auto; required over them would force one: a 400."""
     choice = {
         "type": "allowed_tools",
-        "mode": "required",
+        "mode": "auto",
         "tools": [{"type": "mcp", "server_label": "x"}],
     }
     assert choices.resolve_choice(choice) == ResolvedChoice("auto")
+    assert error(choices.resolve_choice, {**choice, "mode": "required"}).param == (
+        "tool_choice.tools"
+    )
 
 
 @pytest.mark.parametrize(

@@ -10,18 +10,28 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from streamer.core.client_tools import PATCH_OPERATIONS
 from streamer.core.errors import invalid
 
 ROLES = ("user", "assistant", "system", "developer")
 TEXT_PARTS = ("input_text", "output_text", "text")
 MESSAGE_PARTS = (*TEXT_PARTS, "refusal", "input_image", "input_file")
 OUTPUT_PARTS = (*TEXT_PARTS, "input_image", "input_file")
-CALL_TYPES = ("function_call", "custom_tool_call", "tool_search_call", "local_shell_call")
+CALL_TYPES = (
+    "function_call",
+    "custom_tool_call",
+    "tool_search_call",
+    "local_shell_call",
+    "shell_call",
+    "apply_patch_call",
+)
 OUTPUT_TYPES = (
     "function_call_output",
     "custom_tool_call_output",
     "tool_search_output",
     "local_shell_call_output",
+    "shell_call_output",
+    "apply_patch_call_output",
 )
 
 
@@ -213,6 +223,72 @@ def _local_shell_output(item: dict[str, Any], path: str) -> None:
     _text_or_parts(output, f"{path}.output", OUTPUT_PARTS)
 
 
+def _shell_call(item: dict[str, Any], path: str) -> None:
+    _require_str(item, "call_id", path, nonempty=True)
+    action = item.get("action")
+    if not isinstance(action, dict):
+        raise invalid(f"Missing required parameter: '{path}.action' (an object).", f"{path}.action")
+    commands = action.get("commands")
+    if not isinstance(commands, list) or not all(isinstance(c, str) for c in commands):
+        raise invalid(
+            f"Invalid type for '{path}.action.commands': expected an array of strings.",
+            f"{path}.action.commands",
+        )
+    for key in ("timeout_ms", "max_output_length"):
+        value = action.get(key)
+        if value is not None and (not isinstance(value, int) or isinstance(value, bool)):
+            raise invalid(
+                f"Invalid type for '{path}.action.{key}': expected an integer.",
+                f"{path}.action.{key}",
+            )
+
+
+def _shell_output(item: dict[str, Any], path: str) -> None:
+    """`output`: the commands' chunks ({stdout, stderr, outcome}); a string is taken too."""
+    _require_str(item, "call_id", path, nonempty=True)
+    output = item.get("output")
+    if isinstance(output, str):
+        return
+    if not isinstance(output, list):
+        raise invalid(
+            f"Missing required parameter: '{path}.output' (an array of output chunks).",
+            f"{path}.output",
+        )
+    for j, chunk in enumerate(output):
+        where = f"{path}.output[{j}]"
+        if not isinstance(chunk, dict):
+            raise invalid(f"Invalid type for '{where}': expected an object.", where)
+        _optional_str(chunk, "stdout", where)
+        _optional_str(chunk, "stderr", where)
+        outcome = chunk.get("outcome")
+        if outcome is not None and not isinstance(outcome, dict):
+            raise invalid(
+                f"Invalid type for '{where}.outcome': expected an object.", f"{where}.outcome"
+            )
+
+
+def _apply_patch_call(item: dict[str, Any], path: str) -> None:
+    _require_str(item, "call_id", path, nonempty=True)
+    operation = item.get("operation")
+    where = f"{path}.operation"
+    if not isinstance(operation, dict):
+        raise invalid(f"Missing required parameter: '{where}' (an object).", where)
+    if operation.get("type") not in PATCH_OPERATIONS:
+        raise invalid(
+            f"Invalid value for '{where}.type': {operation.get('type')!r}. Supported values "
+            "are: 'create_file', 'update_file' and 'delete_file'.",
+            f"{where}.type",
+        )
+    _require_str(operation, "path", where, nonempty=True)
+    _optional_str(operation, "diff", where)
+
+
+def _apply_patch_output(item: dict[str, Any], path: str) -> None:
+    _require_str(item, "call_id", path, nonempty=True)
+    _optional_str(item, "output", path)
+    _optional_str(item, "status", path)
+
+
 def output_call_id(item: dict[str, Any]) -> Any:
     """The call a tool output answers (a `local_shell_call_output` may name it by `id`)."""
     call_id = item.get("call_id")
@@ -224,6 +300,10 @@ def output_call_id(item: dict[str, Any]) -> Any:
 _CHECKS = {
     "local_shell_call": _local_shell_call,
     "local_shell_call_output": _local_shell_output,
+    "shell_call": _shell_call,
+    "shell_call_output": _shell_output,
+    "apply_patch_call": _apply_patch_call,
+    "apply_patch_call_output": _apply_patch_output,
     "message": _message,
     "function_call": _function_call,
     "custom_tool_call": _custom_tool_call,

@@ -25,6 +25,7 @@ from typing import Any, Literal
 
 import orjson
 
+from streamer.core.client_tools import BY_CALL_TYPE, BY_OUTPUT_TYPE
 from streamer.core.errors import invalid
 from streamer.core.input_items import (
     CALL_TYPES,
@@ -226,6 +227,10 @@ class _Messages:
             flat = self.names.encode(None, "local_shell", "local_shell")
             action = {k: v for k, v in item["action"].items() if k != "type" and v is not None}
             arguments = _json(action, f"input[{index}].action")
+        elif kind in BY_CALL_TYPE:  # shell_call, apply_patch_call: the function's arguments
+            client = BY_CALL_TYPE[kind]
+            flat = self.names.encode(None, client.kind, client.kind)
+            arguments = _json(client.replay_arguments(item), f"input[{index}].{client.field}")
         else:  # tool_search_call
             flat = self.search_name()
             path = f"input[{index}].arguments"
@@ -264,6 +269,9 @@ class _Messages:
         """A tool message's text, and the images/files that go in the user message after it."""
         if item["type"] == "tool_search_output":
             return self.loaded_tools(item.get("tools") or []), []
+        client = BY_OUTPUT_TYPE.get(item["type"])
+        if client is not None:  # shell and apply_patch outputs are not content parts
+            return client.render_output(item), []
         output = item["output"]
         if isinstance(output, str):
             return output, []
@@ -384,13 +392,16 @@ def _user_part(part: dict[str, Any], file_parts: bool) -> dict[str, Any]:
 
 EFFORT_SCALE = ("none", "minimal", "low", "medium", "high", "xhigh", "max")
 """Reasoning efforts from least to most: a value a backend does not take becomes the
-nearest one it does (ties go to the lesser effort)."""
+nearest one it does (ties go to the lesser effort). "none" is no reasoning, not a level:
+a backend that does not take it gets no effort at all, never a higher one."""
 
 
 def nearest_effort(effort: str, accepted: tuple[str, ...] | None) -> str | None:
     """`effort` as the backend takes it: itself, the nearest accepted value, or None."""
     if accepted is None or effort in accepted:
         return effort
+    if effort == "none":
+        return None  # mapped up, "no reasoning" would become "some reasoning"
     known = [a for a in accepted if a in EFFORT_SCALE]
     if effort not in EFFORT_SCALE or not known:
         return None  # a value nobody ranks, or a backend that takes none: not sent

@@ -27,6 +27,7 @@ from typing import Any
 
 import orjson
 
+from streamer.core.client_tools import BY_CALL_TYPE
 from streamer.core.deltas import (
     Delta,
     Finish,
@@ -522,7 +523,7 @@ class OutputItemStreamer:
             call_id = self._make_id("call")
         self._call_ids.add(call_id)
         output_index = len(self._output)  # nothing else is open while a call is added
-        item = call.item = new_call_item(identity, call_id, self._make_id)
+        item = call.item = new_call_item(identity, call_id, self._make_id, call.args)
         self._event(
             {"type": "response.output_item.added", "output_index": output_index, "item": item}
         )
@@ -556,6 +557,8 @@ class OutputItemStreamer:
             item["input"] = text
         elif item["type"] == "local_shell_call":
             item["action"] = local_shell_action(arguments)
+        elif item["type"] in BY_CALL_TYPE:  # shell, apply_patch: added whole
+            status = BY_CALL_TYPE[item["type"]].status(status)
         else:
             item["arguments"] = json_object(arguments)
         call.emitted = True

@@ -8,11 +8,12 @@ arguments, and the failure codes clients act on.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import orjson
 
+from streamer.core.client_tools import CLIENT_TOOLS
 from streamer.core.tools import ToolIdentity
 
 # `error.code`s a client can act on: the spec's (`ResponseError.code`), plus the ones
@@ -256,11 +257,19 @@ def new_item(item_type: str, make_id: Callable[[str], str]) -> dict[str, Any]:
 
 
 def new_call_item(
-    identity: ToolIdentity, call_id: str, make_id: Callable[[str], str]
+    identity: ToolIdentity,
+    call_id: str,
+    make_id: Callable[[str], str],
+    args: Sequence[str] = (),
 ) -> dict[str, Any]:
-    """The output item for a call, by the kind of tool its flat name decodes to."""
+    """The output item for a call, by the kind of tool its flat name decodes to. A shell or
+    apply_patch call is added whole (it never streams live): `args` are its arguments."""
     item: dict[str, Any]
-    if identity.kind == "custom":
+    client = CLIENT_TOOLS.get(identity.kind)
+    if client is not None:
+        item = {"id": make_id(client.id_prefix), "type": client.call_type}
+        item.update(status="in_progress", call_id=call_id, **client.call_fields("".join(args)))
+    elif identity.kind == "custom":
         item = {"id": make_id("ctc"), "type": "custom_tool_call", "status": "in_progress"}
         item.update(call_id=call_id, input="", **public_name(identity))
     elif identity.kind == "tool_search":

@@ -10,6 +10,7 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Literal, NamedTuple
 
 from streamer.core.errors import invalid
+from streamer.core.tool_decls import FIXED_NAME_KINDS
 
 ChoiceMode = Literal["auto", "none", "required"]
 Resolution = tuple[ChoiceMode, tuple[str, ...] | None]
@@ -47,7 +48,8 @@ class ChoiceIndex:
 
 
 def resolve_choice(tool_choice: Any, index: Callable[[], ChoiceIndex]) -> Resolution:
-    """Map the client's tool_choice onto flat names (rule 6); hosted choices become auto.
+    """Map the client's tool_choice onto flat names (rule 6). Forcing a tool the gateway
+    cannot call (hosted, or not declared) is a 400; allowed_tools skips hosted entries.
 
     `index` builds (or returns a cached) index; plain modes never call it.
     """
@@ -67,7 +69,22 @@ def resolve_choice(tool_choice: Any, index: Callable[[], ChoiceIndex]) -> Resolu
     if kind == "allowed_tools":
         return _resolve_allowed(tool_choice, index())
     flats = _resolve_entry(tool_choice, "tool_choice", index())
-    return ("required", flats) if flats else _AUTO
+    if not flats:  # forcing a tool nothing here can call would be silently ignored
+        raise invalid(_uncallable(kind), "tool_choice.type")
+    return ("required", flats)
+
+
+def _uncallable(kind: str) -> str:
+    if kind in FIXED_NAME_KINDS:
+        return (
+            f"tool_choice forces {kind!r}, but the request has no {kind} tool this gateway "
+            "can call (a hosted one, e.g. tool_search with execution 'server' or a shell in a "
+            "hosted container, is not run here)."
+        )
+    return (
+        f"tool_choice forces the hosted tool {kind!r}, which this gateway does not run: "
+        "hosted tools are echoed but never sent to the backend."
+    )
 
 
 def _resolve_allowed(choice: Mapping[str, Any], idx: ChoiceIndex) -> Resolution:
@@ -86,16 +103,22 @@ def _resolve_allowed(choice: Mapping[str, Any], idx: ChoiceIndex) -> Resolution:
             raise invalid("An allowed_tools entry needs a string 'type'.", f"{base}.type")
         allowed.update(dict.fromkeys(_resolve_entry(entry, base, idx)))
     if not allowed:  # only hosted tools: nothing the backend can be restricted to
+        if mode == "required":
+            raise invalid(
+                "allowed_tools mode 'required' lists only tools this gateway does not run "
+                "(hosted tools are echoed but never sent to the backend).",
+                "tool_choice.tools",
+            )
         return _AUTO
     return (mode, tuple(allowed))
 
 
 def _resolve_entry(entry: Mapping[str, Any], base: str, idx: ChoiceIndex) -> tuple[str, ...]:
-    """Flat names one choice object designates; () for hosted tools."""
+    """Flat names one choice object designates; () for hosted or undeclared fixed tools."""
     kind = entry["type"]
     if kind in ("function", "custom"):
         return (_resolve_name(entry, kind, base, idx),)
-    if kind in ("tool_search", "local_shell"):  # tools named by their type
+    if kind in FIXED_NAME_KINDS:  # tools named by their type
         found = idx.top.get(kind, [])
         return tuple(e.flat for e in found if e.kind == kind)[:1]
     if kind == "namespace":

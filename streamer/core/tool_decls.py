@@ -13,10 +13,12 @@ from typing import Any, Literal, NamedTuple
 
 import orjson
 
+from streamer.core.client_tools import CLIENT_TOOLS, runs_on_client
 from streamer.core.errors import invalid
 
-ToolKind = Literal["function", "custom", "tool_search", "local_shell"]
-FIXED_NAME_KINDS = ("tool_search", "local_shell")  # tools named by their type, one of each
+ToolKind = Literal["function", "custom", "tool_search", "local_shell", "shell", "apply_patch"]
+# Tools named by their type, one of each.
+FIXED_NAME_KINDS = ("tool_search", "local_shell", "shell", "apply_patch")
 
 # `local_shell` (older Codex, the Agents SDK) as a function: its arguments are the action
 # of the `local_shell_call` it comes back as (OpenAI's `LocalShellCallAction`, type exec).
@@ -138,6 +140,9 @@ def _collect(lst: Sequence[Any], base: str, out: list[Decl], seen: set[_Key]) ->
                 _add(None, "tool_search", "tool_search", tool, None, p, local, out, seen)
         elif kind == "local_shell":  # executed by the client: a function to the backend
             _add(None, "local_shell", "local_shell", tool, None, p, local, out, seen)
+        elif isinstance(kind, str) and kind in CLIENT_TOOLS:  # the client's unless hosted
+            if runs_on_client(tool, p):
+                _add(None, kind, CLIENT_TOOLS[kind].kind, tool, None, p, local, out, seen)
         elif not isinstance(kind, str):
             raise invalid("A tool needs a string 'type'.", f"{p}.type")
         # Any other type is a hosted tool: echoed to the client, never sent to the backend.
@@ -241,6 +246,8 @@ def _add(
         strict = None
     elif kind == "local_shell":
         params, description, strict = dict(LOCAL_SHELL_PARAMETERS), LOCAL_SHELL_DESCRIPTION, None
+    elif kind in CLIENT_TOOLS:
+        (params, description), strict = CLIENT_TOOLS[kind].declaration(), None
     else:
         raw = tool.get("parameters")
         if raw is not None and not isinstance(raw, _OBJECT):

@@ -252,7 +252,7 @@ class ResponsesToolNames:
     # -- tool_choice --------------------------------------------------------------------
 
     def resolve_choice(self, tool_choice: Any) -> ResolvedChoice:
-        """Map the client's tool_choice onto flat names (rule 6); hosted choices become auto."""
+        """Map the client's tool_choice onto flat names (rule 6); forcing a hosted tool is a 400."""
         mode, allowed = resolve_choice(tool_choice, self._choice_index)
         return ResolvedChoice(mode, allowed)
 

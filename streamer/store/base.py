@@ -35,6 +35,10 @@ _ITEM_PREFIXES = {
     "tool_search_output": "tso",
     "local_shell_call": "lsh",
     "local_shell_call_output": "lsho",
+    "shell_call": "shc",
+    "shell_call_output": "shco",
+    "apply_patch_call": "apc",
+    "apply_patch_call_output": "apco",
     "additional_tools": "at",
     "compaction": "cmp",
 }

@@ -14,6 +14,7 @@ if TYPE_CHECKING:
 
 CALL_KINDS = {"function_call": "function", "custom_tool_call": "custom"}
 CALL_TYPES = tuple(CALL_KINDS)
+_FIXED_CALLS = ("tool_search_call", "local_shell_call", "shell_call", "apply_patch_call")
 DEFAULT_NAMESPACES = (None, "", "functions")  # Codex routes these as "no namespace"
 
 
@@ -23,7 +24,7 @@ def default_ns(namespace: Any) -> Any:
 
 def identity(item_type: str, name: Any, namespace: Any, names: Any | None) -> dict[str, Any] | None:
     """A call's client identity: its own namespace, else its name decoded through the map."""
-    if item_type in ("tool_search_call", "local_shell_call"):  # tools named by their type
+    if item_type in _FIXED_CALLS:  # tools named by their type
         fixed = item_type.removesuffix("_call")
         return {"namespace": None, "name": fixed, "kind": fixed}
     kind = CALL_KINDS.get(item_type)

@@ -195,7 +195,53 @@ async function abort() {
   return { parts };
 }
 
+// OpenAI's client-executed shell tool: the SDK runs the commands the model asks for.
+async function shellTool() {
+  const actions = [];
+  const shell = provider.tools.shell({
+    execute: async ({ action }) => {
+      actions.push(action);
+      return {
+        output: [{ stdout: "notes.txt\n", stderr: "", outcome: { type: "exit", exitCode: 0 } }],
+      };
+    },
+  });
+  const result = await generateText({
+    model,
+    system: "Use the shell.",
+    prompt: "What files are here?",
+    tools: { shell },
+    stopWhen: stepCountIs(5),
+  });
+  return { text: result.text, steps: steps(result), actions };
+}
+
+// OpenAI's client-executed apply_patch tool, streamed: the SDK applies the operations.
+async function applyPatchTool() {
+  const operations = [];
+  const applyPatch = provider.tools.applyPatch({
+    execute: async ({ operation }) => {
+      operations.push(operation);
+      return { status: "completed", output: `Created ${operation.path}` };
+    },
+  });
+  const result = streamText({
+    model,
+    prompt: "Create hello.txt.",
+    tools: { apply_patch: applyPatch },
+    stopWhen: stepCountIs(5),
+  });
+  const inputs = {};
+  for await (const part of result.fullStream) {
+    if (part.type === "tool-input-delta") inputs[part.id] = (inputs[part.id] ?? "") + part.delta;
+    if (part.type === "error") throw part.error;
+  }
+  return { text: await result.text, steps: steps({ steps: await result.steps }), operations, inputs };
+}
+
 const scenarios = {
+  shell: shellTool,
+  apply_patch: applyPatchTool,
   abort,
   previous_response: previousResponse,
   media,
