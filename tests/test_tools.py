@@ -327,6 +327,7 @@ def test_same_name_different_kind_across_sources_are_two_identities() -> None:
         ([fn("a", parameters=[1])], "tools[0].parameters"),
         ([fn("a", strict="yes")], "tools[0].strict"),
         ([custom("a", format="lark")], "tools[0].format"),
+        ([custom("a", format={})], "tools[0].format.type"),
         ([custom("a", format={"type": "grammar", "syntax": "lark"})], "tools[0].format.definition"),
     ],
 )

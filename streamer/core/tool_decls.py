@@ -272,7 +272,11 @@ def _custom_description(description: str | None, fmt: Any, p: str) -> str | None
     if not isinstance(fmt, Mapping):
         raise invalid("A custom tool's 'format' must be an object.", f"{p}.format")
     kind = fmt.get("type")
-    if kind in (None, "text"):
+    if kind is None:  # as OpenAI: the format says what it is (its echo needs it too)
+        raise invalid(
+            "A custom tool's 'format' needs a 'type' (text or grammar).", f"{p}.format.type"
+        )
+    if kind == "text":
         return description
     if kind == "grammar":
         definition = fmt.get("definition")
