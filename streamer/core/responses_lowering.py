@@ -194,7 +194,8 @@ def _tools(
             "tool_choice.type",
             "unsupported_tool",
         )
-    choice = names.resolve_choice(choice_value)
+    # a hosted tool the backend runs is forced as sent; the naming core knows client tools only
+    choice = names.resolve_choice(None if forced_hosted else choice_value)
     flat_tools = names.tools
     if choice.allowed is not None:  # the narrowed list: the form every backend takes
         allowed = set(choice.allowed)
