@@ -6,14 +6,14 @@ records and their limits are streamer/conversations.py's.
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any
 
 from aiohttp import web
 
 from streamer.conversations import Conversations, check_metadata, new_items, not_found
 from streamer.core.errors import RequestError, invalid
 from streamer.frontends.http import GATEWAY, json_response, read_json
-from streamer.frontends.retrieval import int_arg, owner_of
+from streamer.frontends.retrieval import owner_of, page_args
 from streamer.store import StoredResponse
 from streamer.store.base import page_items
 
@@ -69,17 +69,7 @@ async def delete(request: web.Request) -> web.Response:
 
 async def list_items(request: web.Request) -> web.Response:
     """GET /v1/conversations/{id}/items?limit&order&after (newest first by default)."""
-    limit = int_arg(request, "limit", 20)
-    if not 1 <= limit <= 100:
-        raise invalid("Invalid 'limit': expected an integer between 1 and 100.", "limit")
-    order: Literal["asc", "desc"]
-    match request.query.get("order", "desc"):
-        case "asc":
-            order = "asc"
-        case "desc":
-            order = "desc"
-        case _:
-            raise invalid("Invalid 'order': expected 'asc' or 'desc'.", "order")
+    limit, order = page_args(request)
     record = await _record(request)
     page = page_items(
         record.input_items, limit=limit, order=order, after=request.query.get("after")

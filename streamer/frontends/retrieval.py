@@ -44,6 +44,22 @@ def int_arg(request: web.Request, name: str, default: int) -> int:
         raise invalid(f"Invalid '{name}': expected an integer.", name, "invalid_type") from None
 
 
+def page_args(request: web.Request) -> tuple[int, Literal["asc", "desc"]]:
+    """`limit` (1-100, default 20) and `order` (default desc) of a list route."""
+    limit = int_arg(request, "limit", 20)
+    if not 1 <= limit <= 100:
+        raise invalid("Invalid 'limit': expected an integer between 1 and 100.", "limit")
+    order: Literal["asc", "desc"]
+    match request.query.get("order", "desc"):
+        case "asc":
+            order = "asc"
+        case "desc":
+            order = "desc"
+        case _:
+            raise invalid("Invalid 'order': expected 'asc' or 'desc'.", "order")
+    return limit, order
+
+
 def owner_of(request: web.Request) -> str:
     """Who asks: only that client's responses are found."""
     return request.app[GATEWAY].client(request.get(CLIENT), request.headers)
@@ -83,17 +99,7 @@ async def delete_response(request: web.Request) -> web.Response:
 async def list_input_items(request: web.Request) -> web.Response:
     gateway = request.app[GATEWAY]
     response_id = _response_id(request)
-    limit = int_arg(request, "limit", 20)
-    if not 1 <= limit <= 100:
-        raise invalid("Invalid 'limit': expected an integer between 1 and 100.", "limit")
-    order: Literal["asc", "desc"]
-    match request.query.get("order", "desc"):
-        case "asc":
-            order = "asc"
-        case "desc":
-            order = "desc"
-        case _:
-            raise invalid("Invalid 'order': expected 'asc' or 'desc'.", "order")
+    limit, order = page_args(request)
     page = await gateway.store.input_items(
         response_id,
         limit=limit,

@@ -325,6 +325,11 @@ class ChatUpstream:
     async def get_models(self, *, headers: dict[str, str] | None = None) -> tuple[int, bytes]:
         """The backend's `GET /models`, status and body as they came (`headers`: as `open`)."""
         raw_resp = await self._get_models(min(self.idle_timeout, 30), headers)
+        return await self._whole_answer(raw_resp, "listing its models")
+
+    async def _whole_answer(self, raw_resp: Response, doing: str) -> tuple[int, bytes]:
+        """Status and body (at most `JSON_BODY_LIMIT` bytes) of an answer that is not a turn;
+        its failures in the turn's terms."""
         resp: Response | DecodedResponse = raw_resp
         try:
             resp = self._decoding(raw_resp)
@@ -334,7 +339,7 @@ class ChatUpstream:
         except ContentCodingError as exc:
             raise self._undecodable(exc) from None
         except (HTTPClientError, OSError):
-            raise self._closed_early("listing its models") from None
+            raise self._closed_early(doing) from None
         finally:
             resp.release()  # kept if the whole body is in, else cut
 
@@ -369,18 +374,7 @@ class ChatUpstream:
         head = pool.head("POST", root + path, merged, len(data))
         timeout = min(self.idle_timeout, 30)
         raw_resp = await self._request(pool, head + data, timeout, timeout)
-        resp: Response | DecodedResponse = raw_resp
-        try:
-            resp = self._decoding(raw_resp)
-            return resp.status, await resp.read_all(JSON_BODY_LIMIT)
-        except TimeoutError:
-            raise self._timed_out() from None
-        except ContentCodingError as exc:
-            raise self._undecodable(exc) from None
-        except (HTTPClientError, OSError):
-            raise self._closed_early("answering") from None
-        finally:
-            resp.release()
+        return await self._whole_answer(raw_resp, "answering")
 
     async def ping(self) -> bool:
         """Readiness: the backend answers `GET /models` with anything but a 5xx."""
