@@ -200,17 +200,23 @@ def _tool_search_output(item: dict[str, Any], path: str) -> None:
         raise invalid(f"Invalid type for '{path}.tools': expected an array.", f"{path}.tools")
 
 
-def _local_shell_call(item: dict[str, Any], path: str) -> None:
+def _shell_action(item: dict[str, Any], path: str, commands: str) -> dict[str, Any]:
+    """A (local) shell call's `call_id` and `action`, whose `commands` key holds strings."""
     _require_str(item, "call_id", path, nonempty=True)
     action = item.get("action")
     if not isinstance(action, dict):
         raise invalid(f"Missing required parameter: '{path}.action' (an object).", f"{path}.action")
-    command = action.get("command")
-    if not isinstance(command, list) or not all(isinstance(c, str) for c in command):
+    value = action.get(commands)
+    if not isinstance(value, list) or not all(isinstance(c, str) for c in value):
         raise invalid(
-            f"Invalid type for '{path}.action.command': expected an array of strings.",
-            f"{path}.action.command",
+            f"Invalid type for '{path}.action.{commands}': expected an array of strings.",
+            f"{path}.action.{commands}",
         )
+    return action
+
+
+def _local_shell_call(item: dict[str, Any], path: str) -> None:
+    _shell_action(item, path, "command")
 
 
 def _local_shell_output(item: dict[str, Any], path: str) -> None:
@@ -224,16 +230,7 @@ def _local_shell_output(item: dict[str, Any], path: str) -> None:
 
 
 def _shell_call(item: dict[str, Any], path: str) -> None:
-    _require_str(item, "call_id", path, nonempty=True)
-    action = item.get("action")
-    if not isinstance(action, dict):
-        raise invalid(f"Missing required parameter: '{path}.action' (an object).", f"{path}.action")
-    commands = action.get("commands")
-    if not isinstance(commands, list) or not all(isinstance(c, str) for c in commands):
-        raise invalid(
-            f"Invalid type for '{path}.action.commands': expected an array of strings.",
-            f"{path}.action.commands",
-        )
+    action = _shell_action(item, path, "commands")
     for key in ("timeout_ms", "max_output_length"):
         value = action.get(key)
         if value is not None and (not isinstance(value, int) or isinstance(value, bool)):

@@ -53,7 +53,6 @@ from streamer.core.output_items import (
     Item,
     OutputLimits,
     Part,
-    brief_logprobs,
     custom_input,
     empty_part,
     json_object,
@@ -303,7 +302,7 @@ class OutputItemStreamer:
                 "type": part.delta.type,
                 **part.where,
                 "delta": text,
-                "logprobs": brief_logprobs(logprobs),
+                "logprobs": logprobs,
             }
         )
 

@@ -284,22 +284,16 @@ def new_call_item(
     return item
 
 
-def brief_logprobs(logprobs: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Logprobs as the delta and done events carry them: the part's own entries. The SDK's
-    `ResponseTextDeltaEvent.Logprob` has no `bytes` (it ignores them); Open Responses
-    requires them, on each entry and each alternative."""
-    return logprobs
-
-
 def part_done(
     kind: str, text: str, logprobs: list[dict[str, Any]] | None = None
 ) -> tuple[dict[str, Any], dict[str, Any]]:
     """A finished part's `*.done` event (without its location) and the part itself;
-    an output_text part carries its tokens' `logprobs` (the done event and the part alike)."""
+    an output_text part carries its tokens' `logprobs` (the done event and the part alike,
+    `bytes` included: Open Responses requires them; the SDK's event type ignores them)."""
     if kind == "output_text":
-        brief = brief_logprobs(logprobs) if logprobs else []
-        done = {"type": "response.output_text.done", "text": text, "logprobs": brief}
-        part = {"type": "output_text", "text": text, "annotations": [], "logprobs": logprobs or []}
+        entries = logprobs or []
+        done = {"type": "response.output_text.done", "text": text, "logprobs": entries}
+        part = {"type": "output_text", "text": text, "annotations": [], "logprobs": entries}
         return done, part
     if kind == "refusal":
         return {"type": "response.refusal.done", "refusal": text}, {
