@@ -20,7 +20,7 @@ from pathlib import Path
 
 import targets as tg
 
-AGENTIC_VENV = tg.ROOT / ".tools" / "peers" / "agentic-api"
+AGENTIC_VENV = tg.PEERS / "agentic-api"
 GATEWAY_NAME = "streamer (responses)"
 AGENTIC_NAME = "agentic-api"
 
@@ -62,25 +62,13 @@ def start_gateway(
     return t
 
 
-def install_error() -> str:
-    """Why agentic-api is not there: the installer's last lines, or how to install it."""
-    log = AGENTIC_VENV.with_name("agentic-api.install.log")
-    if log.exists():
-        lines = [ln for ln in log.read_text(errors="replace").splitlines() if ln.strip()]
-        errors = [ln for ln in lines if "ERROR" in ln or "error" in ln.lower()] or lines
-        return "install failed: " + " | ".join(errors[-3:])[-400:]
-    return (
-        "not installed (scripts/install-peers.sh agentic-api puts it in .tools/peers/agentic-api)"
-    )
-
-
 def start_agentic(upstream: str, cpus: set[int] | None, logs: Path, timeout: float) -> tg.Target:
     """agentic-server (the Rust binary of the wheel) in front of the backend's /v1/responses,
     its SQLite store under the run's log folder."""
     exe = AGENTIC_VENV / "bin" / "agentic-server"
     t = tg.Target(AGENTIC_NAME, "peer", pinned=bool(cpus), relay=tg.RESPONSES_RELAY)
     if not exe.exists():
-        t.status, t.reason = "skipped", install_error()
+        t.status, t.reason = "skipped", tg.install_error(AGENTIC_NAME)
         return t
     t.version = tg._dist_version(AGENTIC_VENV, "agentic_api")
     port = tg.free_port()

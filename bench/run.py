@@ -290,6 +290,9 @@ def start_targets(
         out.append(tg.start_gateway(upstream, gw, logs, args.gateway_arg, tree, name))
     if not args.no_litellm:
         out.append(tg.start_litellm(upstream, gw, logs, args.litellm_timeout))
+    for name, start in tg.BRIDGES.items():  # codex-relay, ds4codex, agent-wire-proxy
+        if name not in args.no_peer:
+            out.append(start(upstream, gw, logs, 60))
     out += [tg.external_peer(spec) for spec in args.peer]
     if args.responses:  # the backends that speak /v1/responses (issue 18)
         root = Path(args.responses_root).resolve() if args.responses_root else tg.ROOT
@@ -469,6 +472,21 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         help="another gateway, already running, to measure too",
     )
     p.add_argument("--no-litellm", action="store_true", help="leave the LiteLLM proxy out")
+    for name in tg.BRIDGES:
+        p.add_argument(
+            f"--no-{name}",
+            dest="no_peer",
+            action="append_const",
+            const=name,
+            help=f"leave {name} out",
+        )
+    p.add_argument(
+        "--no-peers",
+        dest="no_peer",
+        action="store_const",
+        const=list(tg.BRIDGES),
+        help="leave codex-relay, ds4codex and agent-wire-proxy out (not LiteLLM, agentic-api)",
+    )
     p.add_argument(
         "--responses",
         action=argparse.BooleanOptionalAction,
@@ -515,6 +533,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         help="exit 0 even when the gateway failed to start or answer",
     )
     args = p.parse_args(argv)
+    args.no_peer = args.no_peer or []
     quick = args.quick
     args.concurrency = args.concurrency or ([1, 16] if quick else [1, 16, 64])
     args.n = args.n or ([200] if quick else [50, 200, 2000])

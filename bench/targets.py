@@ -259,13 +259,42 @@ litellm_settings:
 """
 
 
+PEERS = ROOT / ".tools" / "peers"  # scripts/install-peers.sh: a venv per peer
+
+
+def log_tail(text: str, lines: int = 3, limit: int = 400) -> str:
+    """The last `lines` error lines of an installer's log (its last lines if none says
+    error), joined with " / ", at most `limit` characters (the end kept)."""
+    kept = [ln.strip() for ln in text.splitlines() if ln.strip()]
+    noise = ("WARNING: Location", "[notice]")  # pip's chatter about unused index paths
+    kept = [ln for ln in kept if not ln.startswith(noise)] or kept
+    errors = [ln for ln in kept if "error" in ln.lower()] or kept
+    joined = " / ".join(errors[-lines:]).replace("|", "/")
+    return joined if len(joined) <= limit else "…" + joined[-limit:]
+
+
+def install_error(name: str) -> str:
+    """Why the peer `name` is not in .tools/peers/<name>: the tail of its installer log
+    (scripts/install-peers.sh leaves it in .tools/peers/<name>.install.log), else how to
+    install it."""
+    log = PEERS / f"{name}.install.log"
+    hint = f"scripts/install-peers.sh {name} puts it in .tools/peers/{name}"
+    try:
+        text = log.read_text(errors="replace")
+    except OSError:
+        return f"not installed ({hint})"
+    tail = log_tail(text)
+    if not tail:
+        return f"not installed ({hint}; its log {log.name} is empty)"
+    return f"install failed: {tail} (see .tools/peers/{log.name})"
+
+
 def start_litellm(upstream: str, cpus: set[int] | None, logs: Path, timeout: float) -> Target:
-    venv = ROOT / ".tools" / "peers" / "litellm"
+    venv = PEERS / "litellm"
     exe = venv / "bin" / "litellm"
     target = Target("LiteLLM proxy", "peer", pinned=bool(cpus))
     if not exe.exists():
-        target.status = "skipped"
-        target.reason = "not installed (scripts/install-peers.sh puts it in .tools/peers/litellm)"
+        target.status, target.reason = "skipped", install_error("litellm")
         return target
     target.version = _dist_version(venv, "litellm")
     config = logs / "litellm.yaml"
@@ -304,6 +333,112 @@ def start_litellm(upstream: str, cpus: set[int] | None, logs: Path, timeout: flo
 # custom_openai: an OpenAI-compatible Chat backend with no native Responses API, so the
 # proxy serves /v1/responses through its Chat Completions bridge (hosted_vllm would not).
 LITELLM_PROVIDER = "custom_openai"
+
+
+BENCH_KEY = "sk-bench"  # what the bridges send the backend (it checks no key)
+
+
+def _start_peer(
+    target: Target,
+    cmd: list[str],
+    cpus: set[int] | None,
+    log: Path,
+    env: dict[str, str],
+    ready: str,
+    timeout: float,
+) -> Target:
+    """Start a peer on the port in `target.url`, wait for GET `ready` to answer; a peer that
+    does not come up is "skipped" with why and where its log is."""
+    env = {"NO_PROXY": "127.0.0.1,localhost", **env}
+    proc = spawn(cmd, cpus, log, env=env, pipe=False)  # they log to stdout: not into a pipe
+    target.pids, target.proc = [proc.pid], proc
+    try:
+        wait_http(target.url + ready, timeout, proc)
+    except RuntimeError as exc:
+        stop(proc)
+        target.status, target.reason = "skipped", f"did not start: {exc}; see {log}"
+    return target
+
+
+def _peer(name: str, venv: str, exe: str, dist: str, cpus: set[int] | None) -> Target:
+    """The Target of the peer in .tools/peers/<venv> (on a free port), or "skipped" with the
+    installer's error when its executable is not there."""
+    target = Target(name, "peer", pinned=bool(cpus))
+    if not (PEERS / venv / "bin" / exe).exists():
+        target.status, target.reason = "skipped", install_error(venv)
+        return target
+    target.version = _dist_version(PEERS / venv, dist)
+    target.url = f"http://127.0.0.1:{free_port()}"
+    return target
+
+
+def _port(target: Target) -> str:
+    return target.url.rsplit(":", 1)[1]
+
+
+def start_codex_relay(upstream: str, cpus: set[int] | None, logs: Path, timeout: float) -> Target:
+    """codex-relay (PyPI `codex-relay`: a Rust binary in the wheel), a Responses to Chat
+    Completions bridge for Codex, in front of the backend's /v1/chat/completions."""
+    t = _peer("codex-relay", "codex-relay", "codex-relay", "codex_relay", cpus)
+    if t.status != "ok":
+        return t
+    cmd = [str(PEERS / "codex-relay" / "bin" / "codex-relay"), "--bind", "127.0.0.1"]
+    cmd += ["--port", _port(t), "--upstream", upstream, "--api-key", BENCH_KEY]
+    env = {"RUST_LOG": "error", "TOKIO_WORKER_THREADS": "1"}  # no per-request log; one core
+    # it has no health route; its 404 for GET / says it is listening
+    return _start_peer(t, cmd, cpus, logs / "codex-relay.log", env, "/", timeout)
+
+
+def start_ds4codex(upstream: str, cpus: set[int] | None, logs: Path, timeout: float) -> Target:
+    """ds4codex (PyPI `ds4codex`, aiohttp), a Responses to Chat Completions bridge for Codex
+    and DeepSeek, in front of the backend's /v1/chat/completions. Its settings come from the
+    command line alone: `--config-path` names a file that does not exist, so it reads no
+    ~/.codex/config.toml."""
+    t = _peer("ds4codex", "ds4codex", "ds4codex", "ds4codex", cpus)
+    if t.status != "ok":
+        return t
+    cmd = [str(PEERS / "ds4codex" / "bin" / "ds4codex"), "run"]
+    cmd += ["--config-path", str(logs / "ds4codex-no-config.toml"), "--host", "127.0.0.1"]
+    cmd += ["--port", _port(t), "--target-url", upstream + "/chat/completions"]
+    cmd += ["--api-key", BENCH_KEY, "--thinking", "disabled", "--log-level", "WARNING"]
+    return _start_peer(t, cmd, cpus, logs / "ds4codex.log", {}, "/health", timeout)
+
+
+AGENT_WIRE_CONFIG = """\
+[proxy]
+default_model = "bench"
+
+[[models]]
+id = "bench"
+target = "{target}"
+upstream_api = "chat_completions"
+api_key_env = "BENCH_UPSTREAM_API_KEY"
+"""
+
+
+def start_agent_wire(upstream: str, cpus: set[int] | None, logs: Path, timeout: float) -> Target:
+    """agent-wire-proxy (PyPI `agent-wire-proxy`, http.server with a thread per connection),
+    model `bench` routed to the backend's Chat Completions, its JSONL request log to
+    /dev/null (it still writes an access line per request to stderr, the run's log)."""
+    t = _peer("agent-wire-proxy", "agent-wire-proxy", "agent-wire-proxy", "agent_wire_proxy", cpus)
+    if t.status != "ok":
+        return t
+    config = logs / "agent-wire-proxy.toml"
+    config.write_text(AGENT_WIRE_CONFIG.format(target=upstream.removesuffix("/v1")))
+    cmd = [str(PEERS / "agent-wire-proxy" / "bin" / "agent-wire-proxy"), "--config", str(config)]
+    cmd += ["--env-file", "", "--listen", f"127.0.0.1:{_port(t)}", "--log", os.devnull]
+    cmd += ["--route-receipt-dir", str(logs / "agent-wire-receipts")]
+    cmd += ["--max-concurrent-requests", "1024"]  # its default 64 would refuse c=64's stragglers
+    env = {"BENCH_UPSTREAM_API_KEY": BENCH_KEY, "AGENT_WIRE_PROXY_CLIENT_API_KEY": ""}
+    return _start_peer(t, cmd, cpus, logs / "agent-wire-proxy.log", env, "/health", timeout)
+
+
+# run.py's --no-<peer> flag, the start function: the Chat-side bridges beside LiteLLM
+BRIDGES = {
+    "codex-relay": start_codex_relay,
+    "ds4codex": start_ds4codex,
+    "agent-wire-proxy": start_agent_wire,
+}
 
 
 def _dist_version(venv: Path, dist: str) -> str:

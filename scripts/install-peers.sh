@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Install the benchmark's own tools, each in its own venv under .tools/ (never a dependency
-# of the project): the LiteLLM proxy and vLLM's agentic-api (peer gateways), matplotlib (for the plot) and py-spy.
+# of the project): the peer gateways (the LiteLLM proxy, vLLM's agentic-api, codex-relay,
+# ds4codex, agent-wire-proxy), matplotlib (for the plot) and py-spy.
 # Idempotent; a failed install prints a note and exits 0, so that `make bench` reports the
 # peer as skipped instead of failing.
 set -uo pipefail
@@ -13,6 +14,11 @@ PYTHON="${PYTHON:-python3}"
 LITELLM_VERSION="${LITELLM_VERSION:-1.106.12}"
 # vLLM's Rust Responses gateway (a prebuilt binary inside the wheel; no vLLM without [local]).
 AGENTIC_API_VERSION="${AGENTIC_API_VERSION:-0.9.0}"
+# Responses-to-Chat bridges: codex-relay (a Rust binary in the wheel), ds4codex and
+# agent-wire-proxy (Python).
+CODEX_RELAY_VERSION="${CODEX_RELAY_VERSION:-0.5.8}"
+DS4CODEX_VERSION="${DS4CODEX_VERSION:-0.1.6}"
+AGENT_WIRE_PROXY_VERSION="${AGENT_WIRE_PROXY_VERSION:-0.2.0}"
 MATPLOTLIB_SPEC="${MATPLOTLIB_SPEC:-matplotlib>=3.7}"
 PEERS_DIR="${PEERS_DIR:-$ROOT/.tools/peers}"
 BENCH_VENV="${BENCH_VENV:-$ROOT/.tools/bench-venv}"
@@ -70,4 +76,23 @@ if [ "$want" = all ] || [ "$want" = agentic-api ]; then
         note "agentic-api unavailable: the benchmark will report it as skipped (see $AGENTIC_DIR.install.log)"
     fi
 fi
+
+# install_peer NAME DIST VERSION: a pinned peer in $PEERS_DIR/NAME. On failure the installer's
+# output stays in $PEERS_DIR/NAME.install.log, whose tail the bench puts in its report.
+install_peer() {
+    local name="$1" dist="$2" version="$3" dir="$PEERS_DIR/$1"
+    local check="import importlib.metadata as m; assert m.version('$dist') == '$version'"
+    if make_venv "$dir" "$check" "$dist==$version"; then
+        note "$name $version ready in $dir"
+    else
+        note "$name unavailable: the benchmark will report it as skipped (see $dir.install.log)"
+    fi
+}
+for peer in "codex-relay codex-relay $CODEX_RELAY_VERSION" "ds4codex ds4codex $DS4CODEX_VERSION" \
+    "agent-wire-proxy agent-wire-proxy $AGENT_WIRE_PROXY_VERSION"; do
+    read -r name dist version <<<"$peer"
+    if [ "$want" = all ] || [ "$want" = "$name" ]; then
+        install_peer "$name" "$dist" "$version"
+    fi
+done
 exit 0
