@@ -26,6 +26,7 @@ import procstat
 import raw_relay
 import report
 import responses_targets
+import targets
 from load_client import SseSink, jobs, request_body
 from meter import Meter, judge, merge, meter_fields, summarize
 from sse_client import HttpStatusError, StreamConnection, build_request
@@ -424,3 +425,56 @@ def test_the_responses_gateway_row_is_guarded_by_the_flag(
         target = responses_targets.start_gateway("http://x/v1", None, tmp_path, [], root)
         assert target.status == "not available" and target.reason == why
         assert target.relay == "raw relay (responses)"
+
+
+PIP_FAILURE = """\
+WARNING: Location 'file:///opt/pypi/simple/codex-relay/' is ignored: it is neither a file nor a directory.
+ERROR: Could not find a version that satisfies the requirement codex-relay==9.9.9 (from versions: 0.5.7, 0.5.8)
+ERROR: No matching distribution found for codex-relay==9.9.9
+
+[notice] A new release of pip is available: 24.0 -> 25.3
+"""
+
+
+def test_the_log_tail_is_the_installers_last_error_lines() -> None:
+    tail = targets.log_tail(PIP_FAILURE)
+    assert tail.startswith("ERROR: Could not find a version")
+    assert tail.endswith("ERROR: No matching distribution found for codex-relay==9.9.9")
+    assert "WARNING" not in tail and "notice" not in tail
+    # no line says error: the last lines; never a "|" (the tail goes into a Markdown table)
+    assert targets.log_tail("a\nb | c\n\nd\ne\n") == "b / c / d / e"
+    assert targets.log_tail("x" * 1000, limit=50) == "…" + "x" * 50
+
+
+def test_a_peer_that_failed_to_install_is_skipped_with_the_installers_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(targets, "PEERS", tmp_path)
+    (tmp_path / "codex-relay").mkdir()  # the venv exists, the package does not
+    (tmp_path / "codex-relay.install.log").write_text(PIP_FAILURE)
+    t = targets.start_codex_relay("http://127.0.0.1:1/v1", None, tmp_path / "logs", 5)
+    assert t.status == "skipped" and not t.proc
+    assert t.reason.startswith("install failed: ERROR: Could not find a version")
+    assert "No matching distribution found for codex-relay==9.9.9" in t.reason
+    assert "codex-relay.install.log" in t.reason
+    # never installed: says how to
+    t = targets.start_ds4codex("http://127.0.0.1:1/v1", None, tmp_path / "logs", 5)
+    assert t.status == "skipped"
+    assert t.reason.startswith("not installed (scripts/install-peers.sh ds4codex")
+    line = report.markdown(
+        {
+            "meta": {
+                "started": "",
+                "command": "",
+                "machine": "",
+                "pinning": "",
+                "settings": {"runs": 1, "duration": 1, "warmup": 0, "m": 50, "n": [200]},
+                "logs": "",
+            },
+            "targets": [t.describe()],
+            "cells": [],
+            "probes": {},
+            "extras": {},
+        }
+    )
+    assert "- **ds4codex** [peer, sse]: skipped: not installed" in line

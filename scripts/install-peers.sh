@@ -26,23 +26,30 @@ BENCH_VENV="${BENCH_VENV:-$ROOT/.tools/bench-venv}"
 note() { echo "install-peers: $*" >&2; }
 
 # make_venv DIR CHECK SPEC...: create DIR, install SPEC unless `DIR/bin/python -c CHECK` passes.
+# Whatever goes wrong ends up in DIR.install.log (pip's output, or a line saying what failed):
+# the bench reports a peer it cannot find with that log's last error lines.
 make_venv() {
-    local dir="$1" check="$2"
+    local dir="$1" check="$2" log="$1.install.log"
     shift 2
     if [ -x "$dir/bin/python" ] && "$dir/bin/python" -c "$check" >/dev/null 2>&1; then
         return 0
     fi
     mkdir -p "$(dirname "$dir")"
-    if ! "$PYTHON" -m venv "$dir" >/dev/null 2>&1; then
-        note "cannot create a venv at $dir (python3 -m venv failed)"
+    if ! "$PYTHON" -m venv "$dir" >"$log" 2>&1; then
+        echo "ERROR: $PYTHON -m venv $dir failed" >>"$log"
+        note "cannot create a venv at $dir (python3 -m venv failed; see $log)"
         return 1
     fi
     "$dir/bin/python" -m pip install --quiet --upgrade pip >/dev/null 2>&1 || true
-    if ! "$dir/bin/python" -m pip install --quiet "$@" >"$dir.install.log" 2>&1; then
-        note "pip install $* failed; see $dir.install.log"
+    if ! "$dir/bin/python" -m pip install --quiet "$@" >"$log" 2>&1; then
+        note "pip install $* failed; see $log"
         return 1
     fi
-    "$dir/bin/python" -c "$check" >/dev/null 2>&1
+    if ! "$dir/bin/python" -c "$check" >>"$log" 2>&1; then
+        echo "ERROR: installed, but the check failed: $check" >>"$log"
+        note "$* installed, but its check failed; see $log"
+        return 1
+    fi
 }
 
 want="${1:-all}"
