@@ -1,7 +1,9 @@
 """The benchmark suite (`make bench`): the gateway against the raw relay and the peers.
 
-Starts the load backend, the raw relay, the gateway (`python -m streamer serve`) and the
-LiteLLM proxy when installed, and the /v1/responses group (the raw relay of the backend's
+Starts the load backend, the raw relay, the gateway (`python -m streamer serve`), the peers
+in front of the backend's Chat Completions when installed (the LiteLLM proxy, codex-relay,
+ds4codex, agent-wire-proxy; one not installed is reported with its installer's error), and
+the /v1/responses group (the raw relay of the backend's
 Responses stream, `streamer serve --upstream-api responses` when it exists, agentic-api when
 installed; see responses_targets.py), probes what a namespaced tool comes back as through
 each gateway, then for every N (text deltas) and concurrency C runs the load
