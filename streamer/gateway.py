@@ -23,8 +23,8 @@ from streamer.core.events import Event
 from streamer.core.tools import NamingConfig
 from streamer.identity import request_client
 from streamer.metrics import Metrics
-from streamer.observe import observed, open_recording
-from streamer.pipeline import Sink, Turn, TurnOptions, prepare
+from streamer.observe import Observation, open_recording
+from streamer.pipeline import Sink, Turn, TurnEvents, TurnOptions, prepare
 from streamer.quiet_trim import QuietTrim, malloc_trim
 from streamer.recorder import TapDirectory
 from streamer.records import stored
@@ -309,26 +309,37 @@ class Gateway:
         """
         streamer = turn.streamer
         ending: list[Event] = []  # the last batch, while it is being stored and not yet sent
-        upstream = self.upstreams.resolve(turn)
-        events = observed(turn, upstream, transport, self.metrics, self.quiet, self.tap)
+        seen = Observation(turn, transport, self.metrics, self.quiet, self.tap)
+        events = TurnEvents(
+            turn, self.upstreams.resolve(turn), on_raw=seen.on_raw, on_request=seen.on_request
+        )
         try:
-            async with contextlib.aclosing(events):
-                async for batch in events:
-                    if not streamer.done:
-                        await sink.send(batch, False)
-                        continue
-                    ending = batch
-                    if keep(turn):
-                        await self.remember(turn)
-                    if turn.conversation is not None:
-                        await self.extend_conversation(turn)
-                    ending = []
-                    await sink.send(batch, True)
-                    return
+            try:
+                await events.open()
+            except RequestError as exc:
+                seen.refused(exc)
+                raise
+            while (batch := await events.next()) is not None:
+                seen.sent(batch)
+                if not streamer.done:
+                    await sink.send(batch, False)
+                    continue
+                ending = batch
+                if keep(turn):
+                    await self.remember(turn)
+                if turn.conversation is not None:
+                    await self.extend_conversation(turn)
+                ending = []
+                await sink.send(batch, True)
+                return
         except asyncio.CancelledError:
             if not self.in_flight.absorb_cut():
                 raise
+            await events.close()
             await self._cut(turn, sink, ending, keep)
+        finally:
+            await events.close()
+            seen.close()
 
     async def _cut(
         self, turn: Turn, sink: Sink, ending: list[Event], keep: Callable[[Turn], bool]

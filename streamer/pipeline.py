@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncGenerator, AsyncIterator, Callable, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -489,6 +489,115 @@ def _limit_hit(turn: Turn) -> list[Event]:
     return streamer.cut()
 
 
+class TurnEvents:
+    """One turn against an upstream, as batches of encoded events: `open`, then `next`
+    until it gives None, then `close` (always).
+
+    A plain object rather than an async generator: `Gateway.run` drives it with one await
+    per batch, with no generator layers between the backend's read and the client's write.
+    `open` reaches the backend before any event, so that a backend that refuses the request
+    (4xx/5xx, unreachable) surfaces as a `RequestError` with nothing sent yet; any later
+    failure is the last batch (`response.failed`). `close` lets go of the backend: at once
+    when the client went away, kept for reuse when its answer was read whole.
+    """
+
+    __slots__ = (
+        "_clock",
+        "_first",
+        "_next",
+        "_on_raw",
+        "_on_request",
+        "_stream",
+        "turn",
+        "upstream",
+    )
+
+    def __init__(
+        self,
+        turn: Turn,
+        upstream: Upstream,
+        *,
+        on_raw: Callable[[bytes], None] | None = None,
+        on_request: Callable[[dict[str, Any]], None] | None = None,
+    ) -> None:
+        self.turn = turn
+        self.upstream = upstream
+        self._on_raw = on_raw
+        self._on_request = on_request
+        self._clock: TurnClock | None = None
+        self._stream: UpstreamStream | None = None
+        self._next: Callable[[], Awaitable[Batch]] | None = None  # None: no batch follows
+        self._first: list[Event] | None = None
+
+    async def open(self) -> None:
+        """Reach the backend (a `RequestError` if it refuses) and make the first batch:
+        `response.created`, with the deltas that came with the backend's head."""
+        turn = self.turn
+        streamer = turn.streamer
+        clock = self._clock = TurnClock(turn.max_seconds)
+        self._stream = stream = await _open(
+            turn, self.upstream, clock, self._on_raw, self._on_request
+        )
+        first = streamer.start()
+        try:
+            next_batch, batch = aiter(stream).__anext__, stream.first
+            limit = _call_limit(turn.request)
+            if limit is not None:  # enforced: backends ignore parallel_tool_calls, know no limit
+                next_batch, batch = first_calls(next_batch, batch, limit)
+            if turn.compactor is not None:  # the answer is the summary, not output
+                next_batch, batch = turn.compactor.wrap(next_batch, batch)
+            if batch is not None:  # the first deltas came with the head: they leave with `created`
+                first += streamer.feed(batch) + _settle(turn, batch.end)
+            self._next = None if streamer.done else next_batch
+        except Exception as exc:
+            first += _failed(turn, exc, clock)
+        self._first = first
+
+    async def next(self) -> list[Event] | None:
+        """The next batch of events; None once the terminal event has been given."""
+        first = self._first
+        if first is not None:
+            self._first = None
+            return first
+        next_batch, clock, turn = self._next, self._clock, self.turn
+        if next_batch is None or clock is None:
+            return None
+        streamer = turn.streamer
+        try:
+            while True:
+                if clock.expired:
+                    raise TurnTimeout
+                clock.waiting = True
+                try:
+                    batch = await next_batch()
+                except StopAsyncIteration:
+                    clock.waiting = False
+                    self._next = None
+                    return _settle(turn, True)
+                except BaseException as exc:
+                    if clock.timed_out(exc):
+                        raise TurnTimeout from None
+                    raise
+                clock.waiting = False
+                events = streamer.feed(batch) + _settle(turn, batch.end)  # the end rides along
+                if streamer.done:
+                    self._next = None
+                if events or streamer.done:
+                    return events
+        except Exception as exc:
+            self._next = None
+            return _failed(turn, exc, clock)
+
+    async def close(self) -> None:
+        """Stop the clock and let go of the backend (idempotent)."""
+        self._next = None
+        if self._clock is not None:
+            self._clock.close()
+        stream, self._stream = self._stream, None
+        if stream is not None:
+            await stream.aclose()  # cuts the backend unless its answer was read whole
+
+
 async def stream_events(
     turn: Turn,
     upstream: Upstream,
@@ -496,58 +605,15 @@ async def stream_events(
     on_raw: Callable[[bytes], None] | None = None,
     on_request: Callable[[dict[str, Any]], None] | None = None,
 ) -> AsyncGenerator[list[Event], None]:
-    """Run the turn; yield one batch of events per upstream read.
-
-    The upstream is opened before the first event, so that a backend that refuses the
-    request (4xx/5xx, unreachable) surfaces as a `RequestError` with nothing sent yet.
-    Closing this generator (the client went away) closes the backend request at once.
-    """
-    streamer = turn.streamer
-    clock = TurnClock(turn.max_seconds)
+    """`TurnEvents` as an async generator (for the tap's replay and tests): one batch of
+    events per upstream read; closing it closes the backend request at once."""
+    events = TurnEvents(turn, upstream, on_raw=on_raw, on_request=on_request)
     try:
-        stream = await _open(turn, upstream, clock, on_raw, on_request)
-    except BaseException:
-        clock.close()
-        raise
-    unsent = streamer.start()  # events made but not yet yielded: a failure sends them first
-    try:
-        next_batch, batch = aiter(stream).__anext__, stream.first
-        limit = _call_limit(turn.request)
-        if limit is not None:  # enforced: backends ignore parallel_tool_calls, know no limit
-            next_batch, batch = first_calls(next_batch, batch, limit)
-        if turn.compactor is not None:  # the answer is the summary, not output
-            next_batch, batch = turn.compactor.wrap(next_batch, batch)
-        if batch is not None:  # the first deltas came with the head: they leave with `created`
-            unsent += streamer.feed(batch) + _settle(turn, batch.end)
-        first, unsent = unsent, []
-        yield first
-        if streamer.done:
-            return
-        while True:
-            if clock.expired:
-                raise TurnTimeout
-            clock.waiting = True
-            try:
-                batch = await next_batch()
-            except StopAsyncIteration:
-                clock.waiting = False
-                break
-            except BaseException as exc:
-                if clock.timed_out(exc):
-                    raise TurnTimeout from None
-                raise
-            clock.waiting = False
-            events = streamer.feed(batch) + _settle(turn, batch.end)  # the end rides along
-            if events:
-                yield events
-            if streamer.done:
-                return
-        yield _settle(turn, True)
-    except Exception as exc:
-        yield unsent + _failed(turn, exc, clock)
+        await events.open()
+        while (batch := await events.next()) is not None:
+            yield batch
     finally:
-        clock.close()
-        await stream.aclose()  # cuts the backend unless its answer was read whole
+        await events.close()
 
 
 def _call_limit(request: dict[str, Any]) -> int | None:

@@ -15,6 +15,7 @@ import orjson
 
 from streamer.core.client_tools import CLIENT_TOOLS, runs_on_client
 from streamer.core.errors import invalid
+from streamer.core.tool_templates import SOURCE_ITEMS as _SOURCE_ITEMS
 
 ToolKind = Literal["function", "custom", "tool_search", "local_shell", "shell", "apply_patch"]
 # Tools named by their type, one of each.
@@ -40,7 +41,6 @@ LOCAL_SHELL_PARAMETERS: dict[str, Any] = {
 }
 
 _OBJECT = (dict, Mapping)  # dict first: an exact check, far cheaper than the ABC's
-_SOURCE_ITEMS = frozenset({"additional_tools", "tool_search_output"})
 
 _Key = tuple[str | None, str, str]  # (namespace, name, kind): a declaration's identity
 _LocalKey = tuple[str | None, str, bool]  # function and custom share one name space
