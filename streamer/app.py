@@ -358,9 +358,13 @@ async def _close_door(app: web.Application) -> None:
 
 async def _freeze_startup_objects(app: web.Application) -> None:
     """What startup made (modules, the app, the gateway) lives as long as the process:
-    out of the collector's sight, each full collection is ~9 ms shorter."""
+    out of the collector's sight, each full collection is ~9 ms shorter. A turn allocates
+    a few objects per event, nearly all freed at once by their count: a young generation of
+    20,000 (not 700) makes collections rarer (-3% instructions per one-token turn,
+    measured with callgrind) for at most a few MB of cyclic garbage waiting longer."""
     gc.collect()
     gc.freeze()
+    gc.set_threshold(20_000, 20, 10)
 
 
 async def _run(app: web.Application, settings: Settings, worker: Seat | None) -> None:
