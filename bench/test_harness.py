@@ -19,6 +19,7 @@ from aiohttp import web
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+import breakdown
 import load_backend
 import load_responses
 import probe_responses
@@ -478,3 +479,22 @@ def test_a_peer_that_failed_to_install_is_skipped_with_the_installers_error(
         }
     )
     assert "- **ds4codex** [peer, sse]: skipped: not installed" in line
+
+
+def test_breakdown_puts_a_sample_in_its_innermost_named_layer() -> None:
+    run = "serve (streamer/app.py:407)"
+    server = "RequestHandler._handle_request (aiohttp/web_protocol.py:577)"
+    feed = "OutputItemStreamer.feed (streamer/core/output.py:195)"
+    write = "StreamWriter._writelines (aiohttp/http_writer.py:116)"
+    decode = "ChatChunkDecoder.decode (streamer/upstream/chat/decoder.py:137)"
+    assert breakdown.layer_of([run, server, feed]) == "streamer (events)"
+    assert breakdown.layer_of([run, server, write]) == "socket writes"
+    assert breakdown.layer_of([run, server]) == "HTTP server and middlewares"
+    assert breakdown.layer_of([run]) == "event loop"
+    assert breakdown.layer_of(["<lambda> (<string>:1)"]) == "other"
+    raw = f"{run};{server};{feed} 3\n{run};{decode} 2\n{run} 1\n"
+    assert breakdown.tally(raw) == {
+        "streamer (events)": 3,
+        "decoding the backend stream": 2,
+        "event loop": 1,
+    }
