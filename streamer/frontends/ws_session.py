@@ -160,6 +160,12 @@ class SessionRules:
         over = len(remembered) - self.remember_limit
         if over <= 0:
             return
+        oldest = next(iter(remembered))
+        if over == 1 and oldest != response_id and remembered[oldest][0] == lane:
+            # the steady state, in O(1): the oldest is its lane's and this one is later, so
+            # it is the first that is not its lane's latest (what the scan below would find)
+            del remembered[oldest]
+            return
         latest = {owner: rid for rid, (owner, _) in remembered.items()}
         spare = set(latest.values())
         for rid in [r for r in remembered if r not in spare][:over]:
