@@ -14,7 +14,7 @@ only the string needs parsing. An event that does not fit (OpenAI's, whose per-e
 from __future__ import annotations
 
 import re
-from typing import Any, NamedTuple
+from typing import Any
 
 import orjson
 
@@ -26,16 +26,23 @@ _loads = orjson.loads
 _JSONDecodeError = orjson.JSONDecodeError
 
 
-class Shape(NamedTuple):
-    head: bytes  # the raw event up to the delta string's opening quote
-    middle: bytes  # from its closing quote to the sequence number (b"" with no number)
-    tail: bytes  # after the number (or after the string, with none)
-    start: int  # len(head)
-    end: int  # len(tail)
-    at: Any  # the backend item the events are about (`output_index`, or the item's id)
+class Shape:
+    """A learnt event: head + a JSON string + middle + a JSON integer + tail (with no
+    middle: head + a JSON string + tail)."""
+
+    __slots__ = ("at", "end", "head", "middle", "start", "tail", "width")
+
+    def __init__(self, head: bytes, middle: bytes, tail: bytes, width: int, at: Any) -> None:
+        self.head = head  # the raw event up to the delta string's opening quote
+        self.middle = middle  # from its closing quote to the sequence number (b"": none)
+        self.tail = tail  # after the number (or after the string, with none)
+        self.start = len(head)
+        self.end = len(tail)
+        self.width = width  # the last number's digits: where the middle is, most times
+        self.at = at  # the backend item the events are about (`output_index`, or its id)
 
 
-NO_SHAPE = Shape(b"", b"", b"", 0, 0, None)  # matches nothing (an empty head is never tried)
+NO_SHAPE = Shape(b"", b"", b"", 0, None)  # matches nothing (an empty head is never tried)
 
 
 def fit(shape: Shape, event: bytes) -> str | None:
@@ -45,12 +52,20 @@ def fit(shape: Shape, event: bytes) -> str | None:
         return None
     middle = shape.middle
     if middle:
-        # Any split into a string, the middle and an integer proves the same template: the
-        # last middle is as good as any.
-        at = event.rfind(middle, shape.start, end)
-        digits = event[at + len(middle) : end]
-        if at < 0 or not digits.isdigit() or (digits[0] == 48 and len(digits) > 1):
-            return None  # no JSON integer there (none, or a leading zero)
+        width = shape.width
+        at = end - width - len(middle)
+        digits = event[end - width : end]
+        # The middle ends in a non-digit: found there, the digits before `end` are all of
+        # the number. Any split into a string, the middle and an integer proves the same
+        # template, so, the width changed, the last middle is as good as any.
+        if at < shape.start or event[at : end - width] != middle or not digits.isdigit():
+            at = event.rfind(middle, shape.start, end)
+            digits = event[at + len(middle) : end]
+            if at < 0 or not digits.isdigit():
+                return None
+            shape.width = len(digits)
+        if digits[0] == 48 and len(digits) > 1:
+            return None  # a leading zero: not JSON
         end = at
     try:
         value = _loads(event[shape.start : end])
@@ -93,6 +108,6 @@ def learn(event: bytes, offset: int, obj: dict[str, Any], at: Any) -> Shape | No
                 continue
             probe["sequence_number"] = obj.get("sequence_number")
         if probe == obj:
-            head = event[:offset] + head
-            return Shape(head, middle, tail, len(head), len(tail), at)
+            width = number.end(1) - number.start(1) if number is not None else 0
+            return Shape(event[:offset] + head, middle, tail, width, at)
     return None
