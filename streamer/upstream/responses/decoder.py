@@ -91,7 +91,8 @@ class ResponsesEventDecoder:
     """
 
     __slots__ = (
-        "_args", "_calls", "_index", "_lessons", "_streamed", "_text", "_text_kind", "_tier",
+        "_args", "_calls", "_index", "_last", "_lessons", "_streamed", "_text", "_text_kind",
+        "_tier",
         "done", "finished",
     )  # fmt: skip
 
@@ -107,6 +108,7 @@ class ResponsesEventDecoder:
         self._text = NO_SHAPE  # the stream's text (or reasoning, refusal) delta event
         self._text_kind: type[TextDelta | RefusalDelta | ReasoningDelta] = TextDelta
         self._args = NO_SHAPE  # its argument (or custom input) delta event
+        self._last: Any = None  # the type of the last event parsed whole
 
     def decode(self, messages: list[bytes | SSEMessage]) -> list[Delta]:
         """The deltas of a batch of events; stops after an error or the terminal event."""
@@ -178,6 +180,9 @@ class ResponsesEventDecoder:
         """Learn the shape of a per-token event that decoded to one delta (or, for a call's
         fragment, to what a fragment decodes to): see event_shapes."""
         kind = obj.get("type")
+        if kind != self._last:  # learnt from the second one: a one-token answer learns nothing
+            self._last = kind
+            return
         text_kind = _TEXT.get(kind)
         if text_kind is not None:
             if made != 1 or not obj.get("delta"):
