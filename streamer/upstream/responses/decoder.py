@@ -113,22 +113,40 @@ class ResponsesEventDecoder:
     def decode(self, messages: list[bytes | SSEMessage]) -> list[Delta]:
         """The deltas of a batch of events; stops after an error or the terminal event."""
         out: list[Delta] = []
+        if self.done:
+            return out
         append = out.append
-        # The shapes as locals, a slice compared rather than a startswith call: this is the
-        # per-token path; a shape only ever fits events that the full parse decodes alike.
+        # The per-token path: the shapes as locals, slices compared. A text event is head,
+        # a string, the middle, the number (`tw` digits, as the last one had) and the tail;
+        # any other split of it is `fit`'s. A shape fits only events the full parse decodes
+        # alike (event_shapes), so only their strings are parsed.
         text, args, kind = self._text, self._args, self._text_kind
-        th, ts = text.head, text.start
+        th, ts, te, tt, tm, tw = text.head, text.start, text.end, text.tail, text.middle, text.width
+        tml = len(tm)
         ah, as_ = args.head, args.start
         for message in messages:
-            if self.done:
-                break
             if message.__class__ is not bytes:
-                if self._one(message.data, None, 0, out):  # type: ignore[union-attr]
+                if self._one(message.data, None, 0, out) or self.done:  # type: ignore[union-attr]
                     break
                 continue
             if th and message[:ts] == th:
-                value = fit(text, message)
-                if value is not None:
+                end = len(message) - te
+                cut = end - tw  # where the number starts
+                at = cut - tml  # where the middle starts
+                if (
+                    at >= ts
+                    and message[end:] == tt
+                    and message[at:cut] == tm
+                    and (not tw or (message[cut:end].isdigit() and (tw == 1 or message[cut] != 48)))
+                ):
+                    try:
+                        value = _loads(message[ts:at])
+                    except orjson.JSONDecodeError:
+                        value = None
+                else:
+                    value = fit(text, message)  # the number's width changed, or no fit
+                    tw = text.width
+                if value.__class__ is str:
                     if value:
                         append(kind(value))
                     continue
@@ -137,11 +155,14 @@ class ResponsesEventDecoder:
                 if value is not None:
                     self._call_value(args.at, value, out)
                     continue
-            if self._raw(message, out):
+            if self._raw(message, out) or self.done:
                 break
             if text is not self._text or args is not self._args:  # it learnt a shape
                 text, args, kind = self._text, self._args, self._text_kind
-                th, ts = text.head, text.start
+                th, ts, te, tt, tm, tw = (
+                    text.head, text.start, text.end, text.tail, text.middle, text.width
+                )  # fmt: skip
+                tml = len(tm)
                 ah, as_ = args.head, args.start
         return out
 
