@@ -208,6 +208,38 @@ def test_any_bytes_decode_alike(reads: list[bytes]) -> None:
     both(reads)
 
 
+TEXT = orjson.dumps(text_event("a", 5, "bench"))
+pieces = st.sampled_from(
+    [
+        b"event: response.output_text.delta\n",
+        b"event:x\n",
+        b"data: " + TEXT + b"\n",
+        b"data:" + TEXT + b"\n",
+        b"data: " + TEXT[:40],
+        TEXT[40:] + b"\n",
+        b"data: {}\n",
+        b'data: {"type": "error", "message": "boom"}\n',
+        b"data: [DONE]\n",
+        b"\n",
+        b"\n\n",
+        b"\r\n",
+        b"\r",
+        b": comment\n",
+        b"id: 7\n",
+        b"\xef\xbb\xbf",
+        b"data",
+    ]
+)
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.lists(pieces, max_size=30), st.lists(st.integers(0, 10**6), max_size=6))
+def test_event_stream_fragments_decode_alike(parts: list[bytes], cuts: list[int]) -> None:
+    """Lines of every kind, in any order, cut anywhere: the framing's raw events and the
+    plain decoder's messages are the same events."""
+    both(split(b"".join(parts), cuts))
+
+
 # -- the shapes and the batches -----------------------------------------------------------
 
 
