@@ -13,7 +13,8 @@ backend spells them (flat, `ns.name`, or split into `namespace` and `name`, join
 with usage and a finish reason or an error; an `error` event is an `UpstreamError`.
 Unknown event types are skipped (their items still arrive whole at `output_item.done`).
 
-`ResponsesDecoder` is `ChatDecoder`'s framing, batching and end-of-body rules over it.
+`ResponsesDecoder` is `ChatDecoder`'s batching and end-of-body rules over it, with the
+framing of framing.py (raw events) and the learnt per-token shapes of event_shapes.py.
 """
 
 from __future__ import annotations
@@ -38,8 +39,15 @@ from streamer.core.deltas import (
 )
 from streamer.core.response import new_id
 from streamer.core.sse import SSEMessage
-from streamer.upstream.chat.decoder import INVALID_CHUNK, ChatDecoder, payload_error
+from streamer.upstream.chat.decoder import (
+    FIRST_BATCH,
+    INVALID_CHUNK,
+    ChatDecoder,
+    payload_error,
+)
 from streamer.upstream.chat.error_shapes import CONTEXT_OVERFLOW, is_context_overflow
+from streamer.upstream.responses.event_shapes import NO_SHAPE, fit, learn
+from streamer.upstream.responses.framing import EventFraming, event_data, event_messages
 
 _loads = orjson.loads
 _TEXT: dict[Any, type[TextDelta | RefusalDelta | ReasoningDelta]] = {
@@ -70,14 +78,25 @@ _CALLS = ("function_call", "custom_tool_call")
 _STREAMED = ("message", "reasoning", *_CALLS)
 _INCOMPLETE = {"max_output_tokens": "length", "content_filter": "content_filter"}
 _SNIPPET = 120
+_PIECES = ("response.function_call_arguments.delta", "response.custom_tool_call_input.delta")
+_LESSONS = 8  # shapes learnt per stream at most: a backend whose events all differ costs little
 
 
 class ResponsesEventDecoder:
-    """One backend stream's events. `done`/`finished`: a terminal `response.*` came."""
+    """One backend stream's events. `done`/`finished`: a terminal `response.*` came.
 
-    __slots__ = ("_calls", "_index", "_streamed", "_tier", "done", "finished")
+    `decode` takes raw events (`bytes`, as `EventFraming` cuts them) or `SSEMessage`s; the
+    per-token ones are sliced through the stream's learnt shapes (event_shapes), the rest
+    parsed whole. `lessons=0` never learns: the plain path, which the tests compare it to.
+    """
 
-    def __init__(self) -> None:
+    __slots__ = (
+        "_args", "_calls", "_index", "_last", "_lessons", "_streamed", "_text", "_text_kind",
+        "_tier",
+        "done", "finished",
+    )  # fmt: skip
+
+    def __init__(self, lessons: int = _LESSONS) -> None:
         self.done = False
         self.finished = False
         self._tier: str | None = None
@@ -85,31 +104,117 @@ class ResponsesEventDecoder:
         self._calls: dict[Any, list[Any]] = {}
         self._index: dict[Any, int] = {}  # backend item -> the call's own index
         self._streamed: set[Any] = set()  # output indexes whose text came in deltas
+        self._lessons = lessons
+        self._text = NO_SHAPE  # the stream's text (or reasoning, refusal) delta event
+        self._text_kind: type[TextDelta | RefusalDelta | ReasoningDelta] = TextDelta
+        self._args = NO_SHAPE  # its argument (or custom input) delta event
+        self._last: Any = None  # the type of the last event parsed whole
 
     def decode(self, messages: list[bytes | SSEMessage]) -> list[Delta]:
         """The deltas of a batch of events; stops after an error or the terminal event."""
         out: list[Delta] = []
+        if self.done:
+            return out
+        append = out.append
+        # The per-token path: the shapes as locals, slices compared. A text event is head,
+        # a string, the middle, the number (`tw` digits, as the last one had) and the tail;
+        # any other split of it is `fit`'s. A shape fits only events the full parse decodes
+        # alike (event_shapes), so only their strings are parsed.
+        text, args, kind = self._text, self._args, self._text_kind
+        th, ts, te, tt, tm, tw = text.head, text.start, text.end, text.tail, text.middle, text.width
+        tml = len(tm)
+        ah, as_ = args.head, args.start
         for message in messages:
-            if self.done:
-                break
-            data = message if message.__class__ is bytes else message.data  # type: ignore[union-attr]
-            try:
-                obj = _loads(data)
-            except orjson.JSONDecodeError:
-                if data.strip() in (b"[DONE]", "[DONE]"):
-                    continue  # some relays end a Responses stream as a Chat one
-                snippet = data[:_SNIPPET]
-                text = snippet.decode("utf-8", "replace") if isinstance(snippet, bytes) else snippet
-                out.append(
-                    UpstreamError(INVALID_CHUNK, f"The backend sent malformed JSON: {text!r}")
-                )
-                break
-            if obj.__class__ is dict:
-                self._event(obj, out)
-                if out and out[-1].__class__ is UpstreamError:
-                    self.done = True
+            if message.__class__ is not bytes:
+                if self._one(message.data, None, 0, out) or self.done:  # type: ignore[union-attr]
                     break
+                continue
+            if th and message[:ts] == th:
+                end = len(message) - te
+                cut = end - tw  # where the number starts
+                at = cut - tml  # where the middle starts
+                if (
+                    at >= ts
+                    and message[end:] == tt
+                    and message[at:cut] == tm
+                    and (not tw or (message[cut:end].isdigit() and (tw == 1 or message[cut] != 48)))
+                ):
+                    try:
+                        value = _loads(message[ts:at])
+                    except orjson.JSONDecodeError:
+                        value = None
+                else:
+                    value = fit(text, message)  # the number's width changed, or no fit
+                    tw = text.width
+                if value.__class__ is str:
+                    if value:
+                        append(kind(value))
+                    continue
+            if ah and message[:as_] == ah:
+                value = fit(args, message)
+                if value is not None:
+                    self._call_value(args.at, value, out)
+                    continue
+            if self._raw(message, out) or self.done:
+                break
+            if text is not self._text or args is not self._args:  # it learnt a shape
+                text, args, kind = self._text, self._args, self._text_kind
+                th, ts, te, tt, tm, tw = (
+                    text.head, text.start, text.end, text.tail, text.middle, text.width
+                )  # fmt: skip
+                tml = len(tm)
+                ah, as_ = args.head, args.start
         return out
+
+    def _raw(self, event: bytes, out: list[Delta]) -> bool:
+        """A raw event the shapes did not take; True: stop (an error)."""
+        data = event_data(event)
+        if data is not None:
+            return self._one(data, event, len(event) - len(data), out)
+        return any(self._one(message.data, None, 0, out) for message in event_messages(event))
+
+    def _one(self, data: bytes | str, event: bytes | None, offset: int, out: list[Delta]) -> bool:
+        """One event's payload parsed whole (its shape learnt from `event` if it has one);
+        True: stop (an error)."""
+        try:
+            obj = _loads(data)
+        except orjson.JSONDecodeError:
+            if data.strip() in (b"[DONE]", "[DONE]"):
+                return False  # some relays end a Responses stream as a Chat one
+            # the same characters whether the framing gave bytes or text (4 bytes a character)
+            text = data[: _SNIPPET * 4]
+            text = (text.decode("utf-8", "replace") if isinstance(text, bytes) else text)[:_SNIPPET]
+            out.append(UpstreamError(INVALID_CHUNK, f"The backend sent malformed JSON: {text!r}"))
+            return True
+        if obj.__class__ is not dict:
+            return False
+        before = len(out)
+        self._event(obj, out)
+        if out and out[-1].__class__ is UpstreamError:
+            self.done = True
+            return True
+        if event is not None and self._lessons:
+            self._learn(event, offset, obj, len(out) - before)
+        return False
+
+    def _learn(self, event: bytes, offset: int, obj: dict[str, Any], made: int) -> None:
+        """Learn the shape of a per-token event that decoded to one delta (or, for a call's
+        fragment, to what a fragment decodes to): see event_shapes."""
+        kind = obj.get("type")
+        if kind != self._last:  # learnt from the second one: a one-token answer learns nothing
+            self._last = kind
+            return
+        text_kind = _TEXT.get(kind)
+        if text_kind is not None:
+            if made != 1 or not obj.get("delta"):
+                return
+            self._lessons -= 1
+            shape = learn(event, offset, obj, _at(obj))
+            if shape is not None:
+                self._text, self._text_kind = shape, text_kind
+        elif kind in _PIECES and obj.get("delta") and _at(obj) in self._calls:
+            self._lessons -= 1
+            self._args = learn(event, offset, obj, _at(obj)) or self._args
 
     def _event(self, obj: dict[str, Any], out: list[Delta]) -> None:
         kind = obj.get("type")
@@ -119,11 +224,8 @@ class ResponsesEventDecoder:
             if isinstance(piece, str) and piece:
                 self._streamed.add(_at(obj))
                 out.append(text_delta(piece))
-        elif kind in (
-            "response.function_call_arguments.delta",
-            "response.custom_tool_call_input.delta",
-        ):
-            self._call_piece(obj, out)
+        elif kind in _PIECES:
+            self._call_value(_at(obj), obj.get("delta"), out)
         elif kind == "response.output_item.added":
             self._added(obj, out)
         elif kind == "response.output_item.done":
@@ -150,8 +252,7 @@ class ResponsesEventDecoder:
         self._calls[at] = [item["type"], "", False]
         out.append(ToolCallDelta(self._own(at), _str(item.get("call_id")) or None, _name(item)))
 
-    def _call_piece(self, obj: dict[str, Any], out: list[Delta]) -> None:
-        at, piece = _at(obj), obj.get("delta")
+    def _call_value(self, at: Any, piece: Any, out: list[Delta]) -> None:
         call = self._calls.get(at)
         if call is None or not isinstance(piece, str) or not piece:
             return
@@ -232,7 +333,19 @@ class ResponsesDecoder(ChatDecoder):
 
     def __init__(self, idle_timeout: float = 300, first_byte_timeout: float | None = None) -> None:
         super().__init__(idle_timeout, first_byte_timeout)
+        self._sse = EventFraming()
         self._chat = ResponsesEventDecoder()  # type: ignore[assignment]
+
+    def take(self) -> list[Delta]:
+        """As `ChatDecoder.take`, but the batches stay small until one has a delta: a
+        Responses stream opens with several events that carry none (`response.created`,
+        `in_progress`, the item and part `added`), and the first text must not wait for
+        the next `MAX_BATCH` events."""
+        first = self._batch == FIRST_BATCH
+        out = super().take()
+        if first and not out:
+            self._batch = FIRST_BATCH
+        return out
 
 
 def decode_response_body(raw: bytes | bytearray) -> list[Delta]:

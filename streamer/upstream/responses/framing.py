@@ -1,0 +1,74 @@
+"""A Responses stream's event-stream framing: raw events, not parsed lines (pure).
+
+A Responses backend sends every event as `event: <type>` + `data: <json>` + a blank line.
+`SSEDecoder`'s fast path takes only `data:`-only events, so each of these would go through
+its line-by-line path. Here a read that is whole events (nothing pending, no `\\r`) is cut
+at its blank lines into raw events, one `bytes` each (its lines, without the blank line),
+in one C call; the event decoder reads the common layouts itself (`event_data`) and hands
+any other to `event_messages`, the plain decoder's rules. Anything else (a partial line
+pending, `\\r` line ends, a stream's first bytes split inside a BOM) takes `SSEDecoder`'s
+own path, whose events come as `SSEMessage`s. The event name is not kept: the decoder reads
+the type from the JSON, as it always has.
+"""
+
+from __future__ import annotations
+
+from streamer.core.sse import _BOM, SSEDecoder, SSEError, SSEMessage
+
+
+class EventFraming(SSEDecoder):
+    """`payloads(chunk)` gives raw events (`bytes`) or `SSEMessage`s; `close()` as before."""
+
+    __slots__ = ()
+
+    def payloads(self, chunk: bytes) -> list[bytes | SSEMessage]:
+        """The events that `chunk` completes: raw when the block is plain, else parsed."""
+        raw = self._raw
+        if raw:
+            if b"\n" not in chunk and b"\r" not in chunk:
+                if raw.__class__ is bytes:
+                    if b"\n" in raw:  # whole lines pend too: the line path keeps them
+                        return self._feed_pending(raw, chunk)
+                    raw = self._raw = bytearray(raw)  # once per line: grows in place now
+                    self.copied += len(raw)
+                raw += chunk
+                if len(raw) > self.max_size:
+                    raise SSEError(f"an event-stream line exceeded {self.max_size} bytes")
+                return []
+            self.copied += len(raw)
+            chunk = b"".join((raw, chunk))  # the pending line ends here: copied out once
+            self._raw = b""
+        elif self._first and not self._buf and (len(chunk) >= 3 or not _BOM.startswith(chunk)):
+            if chunk.startswith(_BOM):
+                chunk = chunk[3:]
+            self._first = False
+        if not (self._buf or self._data or self._skip_lf or self._first) and self._event is None:
+            cut = chunk.rfind(b"\n\n")
+            if cut >= 0 and len(chunk) - cut - 2 <= self.max_size and b"\r" not in chunk:
+                self._raw = chunk[cut + 2 :]
+                return chunk[:cut].split(b"\n\n")  # type: ignore[return-value]
+        out: list[bytes | SSEMessage] = self._feed_lines(chunk)  # type: ignore[assignment]
+        if self._buf and not (self._data or self._skip_lf) and self._event is None:
+            self._raw, self._buf = self._buf, bytearray()
+        return out
+
+
+def event_data(event: bytes) -> bytes | None:
+    """The `data:` payload of a raw event laid out as `data: P` or `event: T` + `data: P`
+    (the type is in P too); None for any other layout (comments, several data lines)."""
+    if event.startswith(b"event: "):
+        end = event.find(b"\n")
+        if end > 0 and event.startswith(b"data: ", end + 1) and event.find(b"\n", end + 1) < 0:
+            return event[end + 7 :]
+        return None
+    if event.startswith(b"data: ") and b"\n" not in event:
+        return event[6:]
+    return None
+
+
+def event_messages(event: bytes) -> list[SSEMessage]:
+    """A raw event in any layout, by the plain decoder's rules (no event, or one). Its size
+    was bounded by the framing that cut it."""
+    decoder = SSEDecoder(max_size=len(event) + 2)
+    decoder._first = False  # the stream's BOM was stripped at its start
+    return decoder.feed(event + b"\n\n")
