@@ -316,6 +316,7 @@ class Gateway:
                 async for batch in events:
                     if not streamer.done:
                         await sink.send(batch, False)
+                        del batch  # sent: not kept while the next batch is awaited
                         continue
                     ending = batch
                     if keep(turn):

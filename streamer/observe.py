@@ -51,6 +51,7 @@ async def observed(
                 if recorder is not None and own:
                     recorder.client_events(batch)
                 yield batch
+                del batch  # not kept while the next batch is awaited
     except RequestError as exc:
         metrics.backend_errors.labels(str(exc.code or exc.status)).inc()
         if recorder is not None and own:

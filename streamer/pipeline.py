@@ -496,12 +496,10 @@ async def stream_events(
     on_raw: Callable[[bytes], None] | None = None,
     on_request: Callable[[dict[str, Any]], None] | None = None,
 ) -> AsyncGenerator[list[Event], None]:
-    """Run the turn; yield one batch of events per upstream read.
-
-    The upstream is opened before the first event, so that a backend that refuses the
-    request (4xx/5xx, unreachable) surfaces as a `RequestError` with nothing sent yet.
-    Closing this generator (the client went away) closes the backend request at once.
-    """
+    """Run the turn; yield one batch of events per upstream read. The upstream is opened
+    before the first event, so that a backend that refuses the request (4xx/5xx,
+    unreachable) surfaces as a `RequestError` with nothing sent yet; closing this generator
+    (the client went away) closes the backend request at once."""
     streamer = turn.streamer
     clock = TurnClock(turn.max_seconds)
     try:
@@ -521,6 +519,7 @@ async def stream_events(
             unsent += streamer.feed(batch) + _settle(turn, batch.end)
         first, unsent = unsent, []
         yield first
+        del first
         if streamer.done:
             return
         while True:
@@ -538,10 +537,12 @@ async def stream_events(
                 raise
             clock.waiting = False
             events = streamer.feed(batch) + _settle(turn, batch.end)  # the end rides along
+            del batch  # its deltas are spent: not kept while the events are out
             if events:
                 yield events
             if streamer.done:
                 return
+            del events  # nor the events while the next read is awaited (64 streams' worth)
         yield _settle(turn, True)
     except Exception as exc:
         yield unsent + _failed(turn, exc, clock)
