@@ -21,7 +21,9 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", required=True)
     serve = commands.add_parser("serve", help="run the gateway", allow_abbrev=False)
     add_arguments(serve)
-    if command == "serve":
+    if command == "serve":  # the others by name only, for the same usage line
+        for name in ("codex", "tap", "replay"):
+            commands.add_parser(name)
         return parser
     from streamer.codex_launch import add_codex_parser
     from streamer.tap.command import add_tap_parser
