@@ -635,7 +635,7 @@ class OutputItemStreamer:
         return events
 
 
-_S = OutputItemStreamer
+_S = OutputItemStreamer  # short, for the table
 HANDLERS: dict[type, Callable[[OutputItemStreamer, Any], None]] = {
     TextDelta: _S._on_content,
     LoggedText: _S._on_content,
@@ -651,6 +651,7 @@ HANDLERS: dict[type, Callable[[OutputItemStreamer, Any], None]] = {
     ServiceTier: _S._on_service_tier,
 }
 """Each delta's handler, called with the streamer (one table for every turn)."""
+del _S
 
 
 def _whole_json(arguments: str) -> bool:
