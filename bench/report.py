@@ -8,6 +8,7 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
+import fresh_probes
 from targets import ROOT
 
 BENCH_VENV_PY = ROOT / ".tools" / "bench-venv" / "bin" / "python"
@@ -163,6 +164,7 @@ def markdown(result: dict[str, Any]) -> str:
             if t["status"] != "ok" and t["transport"] == "sse":
                 lines.append(f"| {t['name']} | {t['status']}: {t['reason']} |" + " - |" * 5)
         lines.append("")
+    lines += fresh_probes.markdown(result.get("fresh"))
     lines += _probe_lines(result.get("probes") or {})
     lines += [
         "## Every cell",

@@ -30,6 +30,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import fresh_probes
 import probe_responses
 import procstat
 import report
@@ -390,6 +391,7 @@ def main(argv: list[str] | None = None) -> int:
         cells = run_matrix(args, active, backend, (gw, load), progress)
         for t in targets:
             tg.stop(t.proc)  # the micro-benchmarks get the gateway core to themselves
+        fresh = fresh_probes.from_run(args, backend, gw, load, logs) if args.fresh else {}
         for name in scripts:
             progress.show(name)
             timeout = 90 if args.quick else 300
@@ -415,6 +417,7 @@ def main(argv: list[str] | None = None) -> int:
         "targets": [t.describe() for t in targets],
         "cells": cells,
         "probes": probes,
+        "fresh": fresh,
         "extras": extras,
     }
     paths = report.write(result, args.out, args.name or ("quick" if args.quick else "bench"))
@@ -517,6 +520,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         action="append",
         default=[],
         help="extra argument for `streamer serve` (repeatable)",
+    )
+    p.add_argument(
+        "--fresh",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="the fresh-process probes: peak RSS at c=64 for N in 50,200,2000 (SSE, WS), "
+        "CPU per request (N=1, M=1) and per event (N=2000), c=16 (fresh_probes.py; default on)",
     )
     p.add_argument(
         "--no-extras", action="store_true", help="skip bench_streamer.py and bench_tools.py"

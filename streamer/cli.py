@@ -10,7 +10,9 @@ from collections.abc import Sequence
 from streamer.config import add_arguments, settings_from
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """The whole command line; with `command` "serve", just that one (the others' modules,
+    the tap's client among them, are not imported by a gateway)."""
     parser = argparse.ArgumentParser(
         prog="streamer",
         description="An OpenAI Responses gateway with namespace tools.",
@@ -19,6 +21,10 @@ def build_parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", required=True)
     serve = commands.add_parser("serve", help="run the gateway", allow_abbrev=False)
     add_arguments(serve)
+    if command == "serve":  # the others by name only, for the same usage line
+        for name in ("codex", "tap", "replay"):
+            commands.add_parser(name)
+        return parser
     from streamer.codex_launch import add_codex_parser
     from streamer.tap.command import add_tap_parser
     from streamer.tap.replay import add_replay_parser
@@ -30,10 +36,15 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    from streamer.codex_launch import split_passthrough
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["serve"]:
+        passthrough: list[str] = []
+        parser = build_parser("serve")
+    else:
+        from streamer.codex_launch import split_passthrough
 
-    parser = build_parser()
-    argv, passthrough = split_passthrough(sys.argv[1:] if argv is None else argv)
+        argv, passthrough = split_passthrough(argv)
+        parser = build_parser()
     args = parser.parse_args(argv)
     if args.command == "codex":
         return _codex(parser, args, argv, passthrough)

@@ -323,6 +323,7 @@ class Gateway:
                 seen.sent(batch)
                 if not streamer.done:
                     await sink.send(batch, False)
+                    del batch  # sent: not kept while the next batch is awaited
                     continue
                 ending = batch
                 if keep(turn):

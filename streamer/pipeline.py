@@ -580,6 +580,7 @@ class TurnEvents:
                     raise
                 clock.waiting = False
                 events = streamer.feed(batch) + _settle(turn, batch.end)  # the end rides along
+                del batch  # its deltas are spent: not kept while the events are out
                 if streamer.done:
                     self._next = None
                 if events or streamer.done:

@@ -19,13 +19,14 @@ import hashlib
 import logging
 import os
 from collections.abc import Callable, Mapping
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import orjson
-from cryptography.exceptions import InvalidTag
-from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
 from streamer.core.errors import RequestError, invalid
+
+if TYPE_CHECKING:
+    from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
 log = logging.getLogger("streamer.sealing")
 
@@ -50,7 +51,7 @@ longest it makes."""
 class Sealer:
     """Seals and opens `encrypted_content` blobs with one AES-256-GCM key."""
 
-    __slots__ = ("_aead", "_nonce", "_warn", "ephemeral")
+    __slots__ = ("_aead", "_key", "_nonce", "_warn", "ephemeral")
 
     def __init__(
         self,
@@ -61,14 +62,22 @@ class Sealer:
     ) -> None:
         if len(key) != 32:
             raise ValueError("the state key must be 32 bytes")
-        self._aead = AESGCM(key)
+        self._key = key
+        self._aead: AESGCM | None = None  # made on first use: `cryptography` costs ~8 MB
         self._nonce = nonce
         self.ephemeral = ephemeral  # a random key of this process only
         self._warn = ephemeral  # said in the log when it first seals something
 
+    def _cipher(self) -> AESGCM:
+        if self._aead is None:
+            from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+
+            self._aead = AESGCM(self._key)
+        return self._aead
+
     @classmethod
     def random(cls) -> Sealer:
-        return cls(AESGCM.generate_key(bit_length=256), ephemeral=True)
+        return cls(os.urandom(32), ephemeral=True)  # what AESGCM.generate_key(256) does
 
     @classmethod
     def from_secret(cls, secret: bytes) -> Sealer:
@@ -96,7 +105,7 @@ class Sealer:
             self._warn = False
             log.warning("no --state-key-file: %s", EPHEMERAL_KEY)
         nonce = self._nonce(NONCE_BYTES)
-        sealed = self._aead.encrypt(nonce, plain, _aad(kind))
+        sealed = self._cipher().encrypt(nonce, plain, _aad(kind))
         return PREFIX + base64.urlsafe_b64encode(nonce + sealed).rstrip(b"=").decode()
 
     def open(self, kind: Kind, field: str, blob: Any, param: str) -> str:
@@ -122,8 +131,10 @@ class Sealer:
             raise _unopenable(param, "it is not valid base64url") from None
         if len(raw) < NONCE_BYTES + 16:
             raise _unopenable(param, "it is truncated")
+        from cryptography.exceptions import InvalidTag
+
         try:
-            plain = self._aead.decrypt(raw[:NONCE_BYTES], raw[NONCE_BYTES:], _aad(kind))
+            plain = self._cipher().decrypt(raw[:NONCE_BYTES], raw[NONCE_BYTES:], _aad(kind))
         except InvalidTag:
             raise _unopenable(
                 param,

@@ -137,20 +137,9 @@ class OutputItemStreamer:
         # The limit the backend's answer went past ("max_output_bytes"/"max_output_items").
         self.exceeded: str | None = None
         self._kinds = _SUMMARY_KINDS if wants_summary(response) else _PART_KINDS
-        self._handlers: dict[type, Callable[[Any], None]] = {
-            TextDelta: self._on_content,
-            LoggedText: self._on_content,
-            ReasoningDelta: self._on_content,
-            RefusalDelta: self._on_content,
-            ToolCallDelta: self._on_tool_call,
-            Finish: self._on_finish,
-            Usage: self._on_usage,
-            UpstreamError: self._on_error,
-            WholeItem: self._on_whole_item,
-            ForeignEvent: self._on_foreign,
-            ReasoningBlob: self._on_reasoning_blob,
-            ServiceTier: self._on_service_tier,
-        }
+        # the handlers are the class's (HANDLERS): a table of bound methods here would make
+        # every turn a reference cycle, freed only by the collector, turns after it ended
+        self._handlers = HANDLERS
 
     # -- public API -------------------------------------------------------------
 
@@ -211,7 +200,7 @@ class OutputItemStreamer:
                     events.append(_event(Event, (template.type, template.encode(piece, seq), seq)))
                     self._seq = seq + 1
                     continue
-            handlers[cls](delta)
+            handlers[cls](self, delta)
             if self.done or self.exceeded:  # a failure ended the turn, or a limit was hit
                 break
         return self._take()
@@ -583,7 +572,7 @@ class OutputItemStreamer:
             deferred, self._deferred = self._deferred, []
             self._calls = {}
             for delta in deferred:
-                self._handlers[type(delta)](delta)
+                self._handlers[type(delta)](self, delta)
             self._close_open(status)
 
     @staticmethod
@@ -644,6 +633,25 @@ class OutputItemStreamer:
     def _take(self) -> list[Event]:
         events, self._events = self._events, []
         return events
+
+
+_S = OutputItemStreamer  # short, for the table
+HANDLERS: dict[type, Callable[[OutputItemStreamer, Any], None]] = {
+    TextDelta: _S._on_content,
+    LoggedText: _S._on_content,
+    ReasoningDelta: _S._on_content,
+    RefusalDelta: _S._on_content,
+    ToolCallDelta: _S._on_tool_call,
+    Finish: _S._on_finish,
+    Usage: _S._on_usage,
+    UpstreamError: _S._on_error,
+    WholeItem: _S._on_whole_item,
+    ForeignEvent: _S._on_foreign,
+    ReasoningBlob: _S._on_reasoning_blob,
+    ServiceTier: _S._on_service_tier,
+}
+"""Each delta's handler, called with the streamer (one table for every turn)."""
+del _S
 
 
 def _whole_json(arguments: str) -> bool:
