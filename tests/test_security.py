@@ -42,6 +42,7 @@ from scripted_backend import (
 )
 
 from streamer import app as app_module
+from streamer.frontends import api_keys
 from streamer.config import Settings
 from streamer.core.lowering import lower
 from streamer.core.tools import NamingConfig, ResponsesToolNames
@@ -204,11 +205,16 @@ async def test_keys_are_compared_in_constant_time_every_key_every_time(
         calls.append((a, b))
         return real(a, b)
 
-    monkeypatch.setattr(app_module.hmac, "compare_digest", spy)
+    monkeypatch.setattr(api_keys.hmac, "compare_digest", spy)
+    body = {"model": "m", "input": "hi"}
     async with aiohttp.ClientSession() as http:
         for key, status in ((CLIENT_KEY, 200), ("wrong", 401), (FILE_KEY, 200)):
             calls.clear()
             async with http.get(keyed.url + "/models", headers=bearer(key)) as resp:
+                assert resp.status == status
+            assert len(calls) == 3, "every configured key is compared, whichever matches"
+            calls.clear()  # the same on the fast path (POST /v1/responses)
+            async with http.post(keyed.url + "/responses", json=body, headers=bearer(key)) as resp:
                 assert resp.status == status
             assert len(calls) == 3, "every configured key is compared, whichever matches"
             assert {b for _, b in calls} == {
