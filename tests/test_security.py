@@ -41,11 +41,10 @@ from scripted_backend import (
     usage,
 )
 
-from streamer import app as app_module
-from streamer.frontends import api_keys
 from streamer.config import Settings
 from streamer.core.lowering import lower
 from streamer.core.tools import NamingConfig, ResponsesToolNames
+from streamer.frontends import api_keys
 
 UPSTREAM_KEY = "sk-upstream-PLANTED-7f3a9c2e11"
 CLIENT_KEY = "sk-client-PLANTED-51be0d44aa"

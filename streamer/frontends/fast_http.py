@@ -98,6 +98,7 @@ class FastRoute:
         self.body_timeout = settings.client_body_timeout
         self.conns: set[FastProtocol] = set()
         self.closing = False
+        self.served = 0  # requests answered here (the rest were aiohttp's)
         extra = "".join(f"{k}: {v}\r\n" for k, v in extra_headers or ())
         self._extra = extra.encode("latin-1")
         self._sse = response_head(200, [*SSE_HEADERS.items(), ("Transfer-Encoding", "chunked")])
@@ -150,6 +151,7 @@ class FastRoute:
     async def serve(self, conn: FastProtocol, head: Head, body: Any) -> None:
         """One request, as observe_middleware frames it: id, metrics, access line."""
         started = time.monotonic()
+        self.served += 1
         rid = choose_request_id(head.headers.get("x-request-id"), new_id("req"))
         logs.request_id.set(rid)  # this task's own context
         status = 500
@@ -352,6 +354,7 @@ class FastProtocol(asyncio.Protocol):
             return self._hand_over()
         self.buf = self.buf[end:]
         self.answered = False
+        self.close_after = head.close
         self.task = asyncio.get_running_loop().create_task(route.serve(self, head, body))
 
     def _hand_over(self) -> None:
