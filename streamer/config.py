@@ -260,7 +260,7 @@ SETTINGS: tuple[Setting, ...] = (
         "fast_http",
         True,
         "Serve plain POST /v1/responses requests on the raw connection, without aiohttp's "
-        "request machinery (same answers, less CPU per request); off: aiohttp serves all.",
+        "request machinery (same answers, less CPU per request); false: aiohttp serves all.",
         _bool,
     ),
     Setting(

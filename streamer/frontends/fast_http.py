@@ -11,7 +11,7 @@ request metrics and access log line, OpenAI's error shape, then `Gateway.prepare
 A connection starts here (`FastProtocol`, the front door's first protocol) and stays
 only while its requests are plain (`request_head.parse`); anything else, and aiohttp's
 protocol takes the connection over with the bytes buffered so far, for good. Background
-turns go to aiohttp too. `--no-fast-http` keeps every connection on aiohttp.
+turns go to aiohttp too. `--fast-http false` keeps every connection on aiohttp.
 """
 
 from __future__ import annotations

@@ -18,12 +18,17 @@ REQUEST_LINE = b"POST /v1/responses HTTP/1.1\r\n"
 MAX_HEAD = 64 << 10  # beyond it aiohttp decides (its limits are per line)
 MAX_LENGTH_DIGITS = 18
 
-# a header line: a token, a colon, the value between optional blanks
-_FIELD = re.compile(rb"([!#$%&'*+.^_`|~0-9A-Za-z-]+):[ \t]*(.*?)[ \t]*")
-# anything but visible ASCII, blanks and CRLF pairs: aiohttp's decoding would have a say
-_ODD = re.compile(rb"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\xff]|\r(?!\n)|(?<!\r)\n")
-# the headers whose meaning the fast path changes with, or does not implement
-_REFUSED = frozenset({"transfer-encoding", "expect", "upgrade", "te", "trailer"})
+# every line of a plain head: a token, a colon, visible ASCII or blanks, CRLF (anything
+# else, and aiohttp's decoding or refusal would have a say); one C-speed pass
+_LINES = re.compile(rb"(?:[!#$%&'*+.^_`|~0-9A-Za-z-]+:[\t\x20-\x7e]*\r\n)*")
+# the fields the fast path reads (each at most once), and those it leaves to aiohttp
+WANTED = frozenset(
+    {"content-length", "content-type", "content-encoding", "connection", "authorization"}
+    | {"x-request-id"}
+)
+REFUSED = frozenset({"transfer-encoding", "expect", "upgrade", "te", "trailer"})
+# any of them at the start of a line of the lowercased head
+_NAMED = re.compile(rb"\r\n(" + b"|".join(sorted(n.encode() for n in WANTED | REFUSED)) + rb"):")
 _CONNECTION = frozenset({"close", "keep-alive"})
 
 
@@ -59,33 +64,32 @@ def parse(buf: bytes, *, max_line: int, max_body: int) -> Head | Verdict:
         return MORE if len(buf) <= MAX_HEAD else HAND_OVER
     if end > MAX_HEAD:
         return HAND_OVER
-    start = len(REQUEST_LINE)
-    headers = _fields(buf[start:end], max_line) if end > start else {}
+    headers = _fields(buf[len(REQUEST_LINE) : end + 2], max_line)
     if headers is None:
         return HAND_OVER
     return _head(headers, end + 4, max_body)
 
 
 def _fields(block: bytes, max_line: int) -> dict[str, str] | None:
-    """Header lines -> fields by lowercase name; None for anything odd (a repeated name,
-    an obsolete line fold, a byte aiohttp would decode or refuse)."""
-    if _ODD.search(block):
+    """The fields the fast path reads, by lowercase name, from header lines (each ending
+    in CRLF); None for anything odd: a line aiohttp would refuse or decode, a line over
+    `max_line`, a field it leaves to aiohttp, or one it reads given twice."""
+    if _LINES.fullmatch(block) is None:
         return None
+    if len(block) > max_line and max(map(len, block.split(b"\r\n"))) > max_line:
+        return None
+    low = b"\r\n" + block.lower()  # each field's name follows a CRLF
     headers: dict[str, str] = {}
-    for line in block.split(b"\r\n"):
-        match = _FIELD.fullmatch(line)
-        if match is None or len(line) > max_line:
+    for match in _NAMED.finditer(low):
+        name = match[1].decode()
+        if name in REFUSED or name in headers:
             return None
-        name = match[1].decode("ascii").lower()
-        if name in headers:
-            return None
-        headers[name] = match[2].decode("ascii")
+        start = match.end() - 2  # its value, in `block`
+        headers[name] = block[start : block.index(b"\r\n", start)].strip(b" \t").decode("ascii")
     return headers
 
 
 def _head(headers: dict[str, str], size: int, max_body: int) -> Head | Verdict:
-    if not _REFUSED.isdisjoint(headers):
-        return HAND_OVER
     length = headers.get("content-length", "")
     if not length.isdigit() or len(length) > MAX_LENGTH_DIGITS or int(length) >= max_body:
         return HAND_OVER
@@ -94,10 +98,14 @@ def _head(headers: dict[str, str], size: int, max_body: int) -> Head | Verdict:
         return HAND_OVER
     if not json_type(headers.get("content-type")):
         return HAND_OVER
-    tokens = {t.strip().lower() for t in headers.get("connection", "").split(",")} - {""}
-    if not tokens <= _CONNECTION:
-        return HAND_OVER
-    return Head(headers, int(length), "close" in tokens, size)
+    close = False
+    connection = headers.get("connection")
+    if connection is not None:
+        tokens = {t.strip().lower() for t in connection.split(",")} - {""}
+        if not tokens <= _CONNECTION:
+            return HAND_OVER
+        close = "close" in tokens
+    return Head(headers, int(length), close, size)
 
 
 def json_type(value: str | None) -> bool:
