@@ -160,6 +160,8 @@ class FastRoute:
         except asyncio.CancelledError:
             status = 499  # the client went away first
             raise
+        except ConnectionResetError:  # gone before its answer began: nobody to tell
+            conn.close()
         finally:
             metrics = self.gateway.metrics
             metrics.child(metrics.requests, "POST", PATH, str(status)).inc()
