@@ -16,6 +16,7 @@ import openai
 import orjson
 import pytest
 from builders import parse_sse
+from conformance import Collector
 from harness import GatewayHarness
 from multidict import CIMultiDict
 from scripted_backend import HANG, ScriptedBackend, finish, text_chunks, usage
@@ -317,3 +318,14 @@ async def test_off_every_request_is_aiohttps() -> None:
         (answer,) = await exchange(gw, CASES["stream"])
         assert answer.events()[-1]["type"] == "response.completed"
         assert gw.runner is not None and FAST_ROUTE not in gw.runner.app
+
+
+async def test_what_the_fast_path_answers_is_checked_for_conformance(
+    _conformance: Collector,
+) -> None:
+    async with GatewayHarness() as gw:
+        await exchange(gw, CASES["stream"], CASES["json"], CASES["bad json"])
+        assert route(gw).served == 3
+    kinds = [kind for kind, _ in _conformance.records]
+    assert kinds.count("json") == 1 and kinds.count("http_error") == 1
+    assert kinds.count("event") == len(kinds) - 2 > 3
