@@ -58,6 +58,19 @@ def test_every_prefix_of_a_head_asks_for_more_bytes() -> None:
     assert take(raw[:end]).size == end
 
 
+def test_a_head_fed_piece_by_piece_is_searched_once() -> None:
+    raw = request()
+    buf, searched = bytearray(), 0
+    for byte in raw:  # as the connection buffers it: each call searches the new bytes only
+        buf.append(byte)
+        parsed = parse(buf, max_line=8190, max_body=1 << 20, at=searched)
+        if parsed is not MORE:
+            break
+        searched = len(buf)
+    assert isinstance(parsed, Head) and parsed.size == raw.index(b"\r\n\r\n") + 4
+    assert parsed == take(raw)
+
+
 @pytest.mark.parametrize(
     "value, close",
     [("close", True), ("keep-alive", False), ("Keep-Alive, close", True), ("CLOSE", True)],

@@ -60,7 +60,7 @@ class Owner(Protocol):
     def hand_over(self, buffered: bytes) -> None: ...
 
 
-def parse_json(raw: bytes) -> Any:
+def parse_json(raw: bytes | bytearray) -> Any:
     """A request body as JSON, or the 400 that says why not (both servers' rule)."""
     try:
         return orjson.loads(raw)
@@ -298,7 +298,8 @@ class FastProtocol(asyncio.Protocol):
         self.route = route
         self.owner = owner
         self.transport: asyncio.Transport | None = None
-        self.buf = b""
+        self.buf = bytearray()  # appended to in place: a body in many reads is not recopied
+        self.searched = 0  # bytes of `buf` already searched for the end of a head
         self.head: Head | None = None  # a head whose body is still coming
         self.task: asyncio.Task[None] | None = None
         self.timer: asyncio.TimerHandle | None = None
@@ -318,7 +319,7 @@ class FastProtocol(asyncio.Protocol):
         self.route.conns.add(self)
 
     def data_received(self, data: bytes) -> None:
-        self.buf = self.buf + data if self.buf else data
+        self.buf += data
         if self.task is None:
             self._take()
         elif len(self.buf) > MAX_HEAD and self.reading:  # pipelined: read on after the answer
@@ -334,9 +335,12 @@ class FastProtocol(asyncio.Protocol):
         route = self.route
         head = self.head
         if head is None:
-            parsed = parse(self.buf, max_line=route.max_line, max_body=route.max_body)
+            buf = self.buf
+            parsed = parse(buf, max_line=route.max_line, max_body=route.max_body, at=self.searched)
             if parsed is MORE:
+                self.searched = len(buf)  # a head trickled in is searched once, not per read
                 return
+            self.searched = 0
             if parsed is HAND_OVER:
                 return self._hand_over()
             assert isinstance(parsed, Head)
@@ -359,14 +363,14 @@ class FastProtocol(asyncio.Protocol):
         if background(body):
             self.owner.end()
             return self._hand_over()
-        self.buf = self.buf[end:]
+        del self.buf[:end]
         self.answered = False
         self.close_after = head.close
         self.task = asyncio.get_running_loop().create_task(route.serve(self, head, body))
 
     def _hand_over(self) -> None:
         """aiohttp's protocol takes the connection, with everything read so far."""
-        buffered, self.buf = self.buf, b""
+        buffered, self.buf = bytes(self.buf), bytearray()
         self.route.conns.discard(self)
         if not self.reading:
             self.reading = True
@@ -377,7 +381,7 @@ class FastProtocol(asyncio.Protocol):
         self.timer = None
         head, self.head = self.head, None
         if head is not None and not self.closed:
-            self.buf = b""
+            self.buf.clear()
             self.route.late(self, head)
 
     def done(self) -> None:

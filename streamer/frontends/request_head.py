@@ -52,14 +52,15 @@ class Head:
     size: int
 
 
-def parse(buf: bytes, *, max_line: int, max_body: int) -> Head | Verdict:
+def parse(buf: bytes | bytearray, *, max_line: int, max_body: int, at: int = 0) -> Head | Verdict:
     """The head at the start of `buf`, `MORE`, or `HAND_OVER` (see the module docstring).
 
     `max_line`: aiohttp's limit on one header line (a longer one is its 400); `max_body`:
-    the body limit (a longer body is aiohttp's 413)."""
+    the body limit (a longer body is aiohttp's 413); `at`: how much of `buf` an earlier
+    call has searched already (it said `MORE`)."""
     if not buf.startswith(REQUEST_LINE):
         return MORE if REQUEST_LINE.startswith(buf) else HAND_OVER
-    end = buf.find(b"\r\n\r\n", len(REQUEST_LINE) - 2)
+    end = buf.find(b"\r\n\r\n", max(len(REQUEST_LINE) - 2, at - 3))
     if end < 0:
         return MORE if len(buf) <= MAX_HEAD else HAND_OVER
     if end > MAX_HEAD:
@@ -70,7 +71,7 @@ def parse(buf: bytes, *, max_line: int, max_body: int) -> Head | Verdict:
     return _head(headers, end + 4, max_body)
 
 
-def _fields(block: bytes, max_line: int) -> dict[str, str] | None:
+def _fields(block: bytes | bytearray, max_line: int) -> dict[str, str] | None:
     """The fields the fast path reads, by lowercase name, from header lines (each ending
     in CRLF); None for anything odd: a line aiohttp would refuse or decode, a line over
     `max_line`, a field it leaves to aiohttp, or one it reads given twice."""
