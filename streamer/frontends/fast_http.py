@@ -137,8 +137,9 @@ class FastRoute:
     def whole(
         self, status: int, body: bytes, rid: str, close: bool, headers: dict[str, str] | None = None
     ) -> bytes:
-        """A whole JSON answer: head and body, for one write."""
-        fields = [("Content-Type", "application/json"), *(headers or {}).items()]
+        """A whole JSON answer: head and body, for one write (`close` says Connection)."""
+        fields = [("Content-Type", "application/json")]
+        fields.extend((k, v) for k, v in (headers or {}).items() if k.lower() != "connection")
         fields.append(("Content-Length", str(len(body))))
         return response_head(status, fields)[:-2] + self._tail(rid, close) + body
 
