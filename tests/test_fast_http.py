@@ -329,3 +329,33 @@ async def test_what_the_fast_path_answers_is_checked_for_conformance(
     kinds = [kind for kind, _ in _conformance.records]
     assert kinds.count("json") == 1 and kinds.count("http_error") == 1
     assert kinds.count("event") == len(kinds) - 2 > 3
+
+
+async def test_a_late_body_is_answered_as_aiohttp_does() -> None:
+    async with (
+        GatewayHarness(fast_http=True, client_body_timeout=0.2) as fast,
+        GatewayHarness(fast_http=False, client_body_timeout=0.2) as plain,
+    ):
+        answers = []
+        for gw in (fast, plain):
+            async with connect(gw) as (reader, writer):
+                writer.write(CASES["json"][:-5])
+                answers.append(await read_answer(reader))
+                assert await reader.read() == b""  # and the connection is closed
+        assert compared(answers[0]) == compared(answers[1])
+        assert answers[0].status == 408
+
+
+async def test_shutdown_closes_idle_fast_connections() -> None:
+    gw = await GatewayHarness().start()
+    try:
+        async with connect(gw) as (reader, writer):
+            writer.write(CASES["json"])
+            assert (await read_answer(reader)).status == 200  # kept alive, now idle
+            assert len(route(gw).conns) == 1
+            assert gw.runner is not None
+            runner, gw.runner = gw.runner, None
+            await runner.cleanup()
+            assert await reader.read() == b""
+    finally:
+        await gw.stop()
