@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import gc
-import hmac
 import logging
 import os
 import signal
@@ -20,10 +19,12 @@ from streamer import logs
 from streamer.config import Settings
 from streamer.core.errors import RequestError
 from streamer.core.response import new_id
+from streamer.frontends.api_keys import ApiKeys
+from streamer.frontends.fast_http import FAST_ROUTE, FastRoute
 from streamer.frontends.frontdoor import FRONT_DOOR, FrontDoor, GuardedSite, door_middleware
 from streamer.frontends.http import GATEWAY, MODEL_CATALOG
 from streamer.gateway import Gateway, store_unavailable
-from streamer.identity import CLIENT, client_identity
+from streamer.identity import CLIENT
 from streamer.logs import choose_request_id
 from streamer.model_metadata import load_model_catalog
 
@@ -162,7 +163,7 @@ def auth_middleware(
 ) -> Callable[..., Awaitable[web.StreamResponse]]:
     """Require `Authorization: Bearer <key>` on /v1 routes (and /metrics if `metrics`),
     compared in constant time."""
-    encoded = [(k.encode(), client_identity(k)) for k in keys]
+    checker = ApiKeys(keys)
 
     def guarded(path: str) -> bool:
         return path.startswith("/v1/") or (metrics and path == "/metrics")
@@ -170,22 +171,8 @@ def auth_middleware(
     @web.middleware
     async def middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
         if guarded(request.path):
-            header = request.headers.get("Authorization", "")
-            token = header[7:].strip().encode() if header[:7].lower() == "bearer " else b""
-            ok, who = False, ""
-            # compare_digest takes as long whatever the bytes, and no key ends the loop
-            # early: the answer's timing says nothing about how close a guess was
-            for key, identity in encoded:
-                match = hmac.compare_digest(token, key)
-                ok |= match
-                who = identity if match else who
-            request[CLIENT] = who
-            if not ok or not token:
-                raise RequestError(
-                    "Incorrect API key provided." if token else "You didn't provide an API key.",
-                    status=401,
-                    code="invalid_api_key",
-                )
+            request[CLIENT] = ""
+            request[CLIENT] = checker.check(request.headers.get("Authorization"))
         return await handler(request)
 
     return middleware
@@ -230,6 +217,21 @@ async def _start(app: web.Application) -> None:
         from streamer.upstream.chat.profile_probe import ProfileProbe
 
         app[PROFILE_PROBE] = ProfileProbe(upstreams.chat(), settings.backend_profile)
+    if settings.fast_http:
+        app[FAST_ROUTE] = _fast_route(app, gateway)
+
+
+def _fast_route(app: web.Application, gateway: Gateway) -> FastRoute:
+    """The fast path's view of the app: the keys, and the headers its hooks would add."""
+    from streamer.worker import WORKER_HEADER, WORKER_INFO
+
+    settings = app[SETTINGS]
+    keys = settings.client_keys()
+    extra = []
+    worker = app.get(WORKER_INFO)
+    if worker is not None:  # `_name_worker`, the one on_response_prepare hook besides ours
+        extra.append((WORKER_HEADER, str(worker["index"])))
+    return FastRoute(gateway, settings, ApiKeys(keys) if keys else None, extra)
 
 
 def _on_sighup(app: web.Application, router: Router) -> None:
@@ -275,6 +277,9 @@ async def _begin_shutdown(app: web.Application) -> None:
     seconds to finish, alongside the WebSocket sessions' own drain; background turns run
     on meanwhile."""
     deadline = asyncio.get_running_loop().time() + app[SETTINGS].shutdown_grace
+    fast = app.get(FAST_ROUTE)
+    if fast is not None:  # as aiohttp's pre_shutdown does with its own connections
+        fast.shutdown()
     app[SHUTDOWN].task = asyncio.create_task(app[GATEWAY].in_flight.drain(deadline))
 
 
@@ -354,6 +359,9 @@ def create_app(settings: Settings) -> web.Application:
 
 async def _close_door(app: web.Application) -> None:
     app[FRONT_DOOR].close()
+    fast = app.get(FAST_ROUTE)
+    if fast is not None:
+        fast.close()
 
 
 async def _freeze_startup_objects(app: web.Application) -> None:

@@ -256,6 +256,14 @@ SETTINGS: tuple[Setting, ...] = (
         "single settings (streamer/upstream/chat/profiles.py).",
     ),
     Setting(
+        "--fast-http",
+        "fast_http",
+        True,
+        "Serve plain POST /v1/responses requests on the raw connection, without aiohttp's "
+        "request machinery (same answers, less CPU per request); false: aiohttp serves all.",
+        _bool,
+    ),
+    Setting(
         "--profile-probe",
         "profile_probe",
         True,
@@ -504,6 +512,7 @@ class Settings:
     max_turn_seconds: float = 3600.0
     max_backend_json_bytes: int = 256 * 1024 * 1024
     backend_profile: str = "generic"
+    fast_http: bool = True
     profile_probe: bool = True
     system_messages: str | None = None
     tool_choice_object: bool | None = None

@@ -41,10 +41,10 @@ from scripted_backend import (
     usage,
 )
 
-from streamer import app as app_module
 from streamer.config import Settings
 from streamer.core.lowering import lower
 from streamer.core.tools import NamingConfig, ResponsesToolNames
+from streamer.frontends import api_keys
 
 UPSTREAM_KEY = "sk-upstream-PLANTED-7f3a9c2e11"
 CLIENT_KEY = "sk-client-PLANTED-51be0d44aa"
@@ -204,11 +204,16 @@ async def test_keys_are_compared_in_constant_time_every_key_every_time(
         calls.append((a, b))
         return real(a, b)
 
-    monkeypatch.setattr(app_module.hmac, "compare_digest", spy)
+    monkeypatch.setattr(api_keys.hmac, "compare_digest", spy)
+    body = {"model": "m", "input": "hi"}
     async with aiohttp.ClientSession() as http:
         for key, status in ((CLIENT_KEY, 200), ("wrong", 401), (FILE_KEY, 200)):
             calls.clear()
             async with http.get(keyed.url + "/models", headers=bearer(key)) as resp:
+                assert resp.status == status
+            assert len(calls) == 3, "every configured key is compared, whichever matches"
+            calls.clear()  # the same on the fast path (POST /v1/responses)
+            async with http.post(keyed.url + "/responses", json=body, headers=bearer(key)) as resp:
                 assert resp.status == status
             assert len(calls) == 3, "every configured key is compared, whichever matches"
             assert {b for _, b in calls} == {

@@ -28,6 +28,7 @@ import orjson
 from aiohttp import web
 
 from streamer.core.errors import RequestError
+from streamer.frontends.fast_http import FAST_ROUTE, FastRoute
 
 K = TypeVar("K", bound=Hashable)
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
@@ -229,11 +230,18 @@ class FrontDoor:
 
 
 class _Connection(asyncio.Protocol):
-    """aiohttp's protocol for one connection, created only once the door admits it."""
+    """One client connection's protocol, created only once the door admits it: the fast
+    path's first if there is one (`fast_http`), aiohttp's once it is handed over."""
 
-    def __init__(self, front: FrontDoor, factory: Callable[[], asyncio.Protocol]) -> None:
+    def __init__(
+        self,
+        front: FrontDoor,
+        factory: Callable[[], asyncio.Protocol],
+        fast: FastRoute | None = None,
+    ) -> None:
         self.front = front
         self.factory = factory
+        self.fast = fast
         self.inner: asyncio.Protocol | None = None
         self.transport: asyncio.Transport | None = None
 
@@ -243,8 +251,22 @@ class _Connection(asyncio.Protocol):
         if not self.front.admit(self, transport):
             transport.close()  # at the cap, every slot busy: refused at once
             return
-        self.inner = self.factory()
+        self.inner = self.factory() if self.fast is None else self.fast.protocol(self)
         self.inner.connection_made(transport)
+
+    def hand_over(self, buffered: bytes) -> None:
+        """The fast path lets go: aiohttp's protocol owns the connection from here on."""
+        inner = self.inner = self.factory()
+        inner.connection_made(cast(asyncio.Transport, self.transport))
+        if buffered:
+            inner.data_received(buffered)
+
+    def begin(self) -> None:
+        """A request head is complete (the fast path's door_middleware)."""
+        self.front.door.begin(self)
+
+    def end(self) -> None:
+        self.front.end(self)
 
     def shut(self, message: str, partial: bool) -> None:
         """Evicted or timed out: a 408 if a head had begun (an idle keep-alive connection
@@ -345,14 +367,15 @@ class GuardedSite(web.BaseSite):
         server = self.runner.server
         assert server is not None
         front = self.runner.app[FRONT_DOOR]
+        fast = self.runner.app.get(FAST_ROUTE)  # --fast-http (set at startup)
         loop = asyncio.get_running_loop()
         if self.sock is not None:
             self.listener = await loop.create_server(
-                lambda: _Connection(front, server), sock=self.sock, backlog=self.backlog
+                lambda: _Connection(front, server, fast), sock=self.sock, backlog=self.backlog
             )
             return
         self.listener = await loop.create_server(
-            lambda: _Connection(front, server),
+            lambda: _Connection(front, server, fast),
             self.host,
             self.requested_port,
             backlog=self.backlog,

@@ -16,6 +16,7 @@ from streamer.core.errors import RequestError, invalid, shutting_down
 from streamer.core.events import Event
 from streamer.core.model_catalog import ModelCatalog, configured_body, models_answer
 from streamer.frontends.background import SSE_HEADERS, follow
+from streamer.frontends.fast_http import parse_json
 from streamer.frontends.frontdoor import FRONT_DOOR
 from streamer.gateway import Gateway
 from streamer.identity import CLIENT
@@ -102,12 +103,7 @@ async def read_json(request: web.Request) -> Any:
         raise invalid(
             f"We could not read the body of your request: {reason}.", code="invalid_body"
         ) from None
-    try:
-        return orjson.loads(raw)
-    except orjson.JSONDecodeError as exc:
-        raise invalid(
-            f"We could not parse the JSON body of your request ({exc.msg}).", code="invalid_json"
-        ) from None
+    return parse_json(raw)
 
 
 async def create_response(request: web.Request) -> web.StreamResponse:
