@@ -33,6 +33,7 @@ from streamer.core.deltas import (
     TextDelta,
     ToolCallDelta,
     UpstreamError,
+    expand,
 )
 from streamer.core.errors import RequestError
 from streamer.upstream.batch import Batch
@@ -321,7 +322,7 @@ class _RedactingStream:
 
     def _scrubbed(self, batch: Batch) -> Batch:
         """The batch scrubbed; the last one also carries the tail held back (nothing follows)."""
-        out = self._scrub_batch(batch)
+        out = self._scrub_batch(expand(batch))  # runs piece by piece: secrets span pieces
         if batch.end:
             self._ended = True
             out = out + self._flush()

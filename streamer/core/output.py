@@ -38,7 +38,9 @@ from streamer.core.deltas import (
     RefusalDelta,
     ServiceTier,
     TextDelta,
+    TextRun,
     ToolCallDelta,
+    ToolCallRun,
     UpstreamError,
     Usage,
     WholeItem,
@@ -139,6 +141,8 @@ class OutputItemStreamer:
         self._kinds = _SUMMARY_KINDS if wants_summary(response) else _PART_KINDS
         self._handlers: dict[type, Callable[[Any], None]] = {
             TextDelta: self._on_content,
+            TextRun: self._on_text_run,
+            ToolCallRun: self._on_args_run,
             LoggedText: self._on_content,
             ReasoningDelta: self._on_content,
             RefusalDelta: self._on_content,
@@ -210,6 +214,24 @@ class OutputItemStreamer:
                     template, seq = live.delta, self._seq  # type: ignore[assignment]
                     events.append(_event(Event, (template.type, template.encode(piece, seq), seq)))
                     self._seq = seq + 1
+                    continue
+            elif fast and cls is TextRun:  # one event per piece still, encoded as a batch
+                hot, text = self._hot, delta.text  # type: ignore[union-attr]
+                if hot is not None and hot.kind == "output_text" and len(text) <= self._left:
+                    self._left -= len(text)
+                    hot.text.write(text)
+                    raw, seq = delta.raw, self._seq  # type: ignore[union-attr]
+                    events += hot.delta.run(raw, seq)
+                    self._seq = seq + len(raw)
+                    continue
+            elif fast and cls is ToolCallRun:
+                live, piece = self._live, delta.arguments  # type: ignore[union-attr]
+                if live is not None and live.index == delta.index and len(piece) <= self._left:  # type: ignore[union-attr]
+                    self._left -= len(piece)
+                    live.args.append(piece)
+                    raw, seq = delta.raw, self._seq  # type: ignore[union-attr]
+                    events += live.delta.run(raw, seq)  # type: ignore[union-attr]
+                    self._seq = seq + len(raw)
                     continue
             handlers[cls](delta)
             if self.done or self.exceeded:  # a failure ended the turn, or a limit was hit
@@ -289,6 +311,19 @@ class OutputItemStreamer:
             self._deferred.append(replace(delta, text=text))
         else:
             self._part(kind, text, logprobs)
+
+    def _on_text_run(self, run: TextRun) -> None:
+        """A run its fast path did not take: piece by piece, as the decoder would have sent it."""
+        for piece in run.pieces:
+            self._on_content(TextDelta(piece))
+            if self.done or self.exceeded:
+                return
+
+    def _on_args_run(self, run: ToolCallRun) -> None:
+        for piece in run.pieces:
+            self._on_tool_call(ToolCallDelta(run.index, None, None, piece))
+            if self.done or self.exceeded:
+                return
 
     def _write(self, part: Part, text: str, logprobs: list[dict[str, Any]] | None) -> None:
         """`text` into `part`, and its delta event (with the tokens' logprobs, if any)."""
