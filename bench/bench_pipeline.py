@@ -4,8 +4,9 @@ One response as `load_backend.py` sends it (a role chunk, N text deltas, a call 
 argument fragments, finish, usage, [DONE]; one HTTP chunk per SSE event), cut into reads of
 `--read` bytes, goes through what the gateway runs per request without I/O: `prepare`, then
 per read `ChunkedDecoder.feed`, `ChatDecoder.feed`/`take` (SSE and Chat decoding), the
-streamer's `feed` and `sse.encode_many`, then `finish`. CPU time per stage, per request
-and per event, the median over the repeats.
+streamer's `feed` and `sse.encode_many`, then `finish`. CPU time (the thread's) per stage,
+per request and per event, the median over the repeats; `total` is the median of the sums,
+so it also carries the garbage collector's pauses, which land in one stage or another.
 
 `--plain` is the reference paths (runs off in the decoder, the per-delta paths in the
 streamer: what BASE ran); by default both are timed, interleaved, in the same run.
@@ -33,7 +34,8 @@ from streamer.upstream.chat.decoder import ChatDecoder, EndCause
 from streamer.upstream.http1.wire import ChunkedDecoder
 
 STAGES = ("prepare", "chunked", "decode", "streamer", "encode")
-clock = time.process_time_ns if sys.platform == "win32" else time.perf_counter_ns
+# CPU time of this thread: the machine is shared, and time spent descheduled is not ours.
+clock = time.thread_time_ns
 
 
 def reads_of(n: int, m: int, size: int) -> list[bytes]:

@@ -23,7 +23,7 @@ import orjson
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from streamer.core.deltas import Delta, TextRun, ToolCallRun, expand
+from streamer.core.deltas import Delta, TextRun, ToolCallDelta, ToolCallRun, expand
 from streamer.core.events import Event
 from streamer.core.output import OutputItemStreamer
 from streamer.core.output_items import OutputLimits
@@ -240,3 +240,33 @@ def test_every_piece_of_a_run_is_its_own_event() -> None:
     events, _ = events_of(sse(stream, [b"data: %s\n\n"]), [], 1 << 20, fast=True)
     deltas = [data["delta"] for kind, data, _ in events if kind == "response.output_text.delta"]
     assert deltas == ["a", "b\\", "c\u2028", "d"] * 50
+
+
+# -- the other consumers of text and call deltas ---------------------------------------
+
+
+def test_first_calls_and_the_compactor_take_a_run_as_its_pieces() -> None:
+    from streamer.compaction import Compactor
+    from streamer.sealing import Sealer
+    from streamer.upstream.batch import Batch
+    from streamer.upstream.first_call import FirstCallOnly
+
+    def deltas(runs: bool) -> list[Delta]:
+        run = [ToolCallRun(1, None, None, "ab", ["a", "b"], [b"a", b"b"])]
+        text = [TextRun("xyz", ["x", "yz"], [b"x", b"yz"])]
+        out: list[Delta] = [
+            ToolCallDelta(0, "c0", "search", "{}"),
+            ToolCallDelta(1, "c1", "search"),
+        ]
+        return out + (run + text if runs else expand(run + text))
+
+    keep = FirstCallOnly(1)
+    kept = expand(keep(Batch(deltas(True))))
+    assert kept == FirstCallOnly(1)(Batch(deltas(False)))
+    assert not any(isinstance(d, ToolCallDelta) and d.index == 1 for d in kept)
+    for limit in (1, 2, 100):
+        fast = Compactor(Sealer(b"k" * 32), "", limit)
+        plain = Compactor(Sealer(b"k" * 32), "", limit)
+        fast(Batch(deltas(True)))
+        plain(Batch(deltas(False)))
+        assert (fast.summary(), fast.exceeded) == (plain.summary(), plain.exceeded)
