@@ -23,7 +23,7 @@ import orjson
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from streamer.core.deltas import Delta, TextRun, ToolCallDelta, ToolCallRun, expand
+from streamer.core.deltas import Delta, TextDelta, TextRun, ToolCallDelta, ToolCallRun, expand
 from streamer.core.events import Event
 from streamer.core.output import OutputItemStreamer
 from streamer.core.output_items import OutputLimits
@@ -270,3 +270,85 @@ def test_first_calls_and_the_compactor_take_a_run_as_its_pieces() -> None:
         fast(Batch(deltas(True)))
         plain(Batch(deltas(False)))
         assert (fast.summary(), fast.exceeded) == (plain.summary(), plain.exceeded)
+
+
+SECRETS = ("sk-test-KEY-0123456789", "other-secret")
+piece_texts = st.sampled_from(
+    ["a", "b ", "sk-", "test-", "KEY-0123", "456789", "oth", "er-secret", "sk", "x"]
+)
+plain_batches = st.lists(
+    st.lists(
+        st.one_of(
+            st.builds(TextDelta, piece_texts),
+            st.builds(lambda t: ToolCallDelta(0, None, None, t), piece_texts),
+        ),
+        max_size=8,
+    ),
+    max_size=6,
+)
+
+
+def grouped(batch: list[Delta], cuts: list[int]) -> list[Delta]:
+    """Consecutive pieces of one kind made into runs, as the decoder would (2 or more)."""
+    out: list[Delta] = []
+    for delta in batch:
+        last = out[-1] if out else None
+        text = last.__class__ in (TextDelta, TextRun) and delta.__class__ is TextDelta
+        args = last.__class__ in (ToolCallDelta, ToolCallRun) and delta.__class__ is ToolCallDelta
+        if (text or args) and len(out) not in cuts:
+            prior = expand([last])  # type: ignore[list-item]
+            pieces = [*(p.text if text else p.arguments for p in prior)]  # type: ignore[union-attr]
+            pieces.append(delta.text if text else delta.arguments)  # type: ignore[union-attr]
+            raw = [orjson.dumps(p)[1:-1] for p in pieces]
+            out[-1] = (
+                TextRun("".join(pieces), pieces, raw)
+                if text
+                else ToolCallRun(0, None, None, "".join(pieces), pieces, raw)
+            )
+        else:
+            out.append(delta)
+    return out
+
+
+def merged(deltas: list[Delta]) -> list[tuple[str, int, str]]:
+    """The output as channels: consecutive pieces of one kind (and call) joined."""
+    out: list[tuple[str, int, str]] = []
+    for d in expand(deltas):
+        key = (type(d).__name__, getattr(d, "index", -1))
+        text = d.arguments if isinstance(d, ToolCallDelta) else d.text  # type: ignore[union-attr]
+        if out and out[-1][:2] == key:
+            out[-1] = (*key, out[-1][2] + text)
+        else:
+            out.append((*key, text))
+    return out
+
+
+@settings(max_examples=300, deadline=None)
+@given(plain_batches, st.lists(st.integers(0, 8), max_size=3))
+def test_redaction_takes_runs_as_their_pieces(batches: list[list[Delta]], cuts: list[int]) -> None:
+    """Runs through the scrubber's fast pass scrub as plain pieces through its general path."""
+    from streamer.redact import _RedactingStream
+    from streamer.upstream.batch import Batch
+
+    class Inner:
+        first = None
+
+    def scrubbed(deltas_of: Any, general: bool) -> list[Delta]:
+        stream = _RedactingStream(Inner(), SECRETS)
+        if general:  # the reference: every delta through the scrubber itself
+            stream._scrub_batch = lambda b: stream._scrub_from(list(b), 0)  # type: ignore[method-assign]
+        out: list[Delta] = []
+        for i, batch in enumerate(batches):
+            out += stream._scrubbed(Batch(deltas_of(batch), end=i == len(batches) - 1))
+        return out
+
+    def fresh(batch: list[Delta]) -> list[Delta]:  # the scrubber writes into plain deltas
+        return [
+            ToolCallDelta(0, None, None, d.arguments)
+            if isinstance(d, ToolCallDelta)
+            else TextDelta(d.text)
+            for d in batch
+        ]  # type: ignore[union-attr]
+
+    fast = scrubbed(lambda b: grouped(fresh(b), cuts), general=False)
+    assert merged(fast) == merged(scrubbed(fresh, general=True))
