@@ -102,6 +102,7 @@ OTHER = [
     b'{"error":{"message":"boom"}}',
     b"[DONE]",
     b"not json",
+    HEAD + b'"delta":{"reasoning_content":"think"}}]}',  # a reasoning part: text opens another
 ]
 texts = st.text(st.characters(codec="utf-8"), max_size=5) | st.sampled_from(
     ['"', "\\", "\u2028", "\U0001f600", "", "a\nb", "\x00", "é"]
@@ -220,6 +221,11 @@ def events_of(body: bytes, cuts: list[int], limit: int, fast: bool) -> tuple[lis
 
 @settings(max_examples=400, deadline=None)
 @example([TEXT[0] + orjson.dumps("abc") + TEXT[1]] * 5, [], 7)  # the limit inside a run
+@example(  # a run whose first piece opens the text part, after a reasoning part
+    [TEXT[0] + b'"a"' + TEXT[1], OTHER[-1], *[TEXT[0] + orjson.dumps(t) + TEXT[1] for t in "bcde"]],
+    [],
+    1 << 20,
+)
 @given(streams, st.lists(st.integers(0, 9000), max_size=3), st.sampled_from([5, 40, 1 << 20]))
 def test_runs_make_the_events_the_reference_makes(
     stream: list[bytes], cuts: list[int], limit: int

@@ -313,17 +313,43 @@ class OutputItemStreamer:
             self._part(kind, text, logprobs)
 
     def _on_text_run(self, run: TextRun) -> None:
-        """A run its fast path did not take: piece by piece, as the decoder would have sent it."""
-        for piece in run.pieces:
+        """A run its fast path did not take: piece by piece, as the decoder would have sent
+        it, until the first piece has opened the part (the rest is then the fast path's)."""
+        used = 0
+        for i, piece in enumerate(run.pieces):
+            hot = self._hot
+            if i and self.per_token_paths and hot is not None and hot.kind == "output_text":
+                rest = run.text[used:]
+                if len(rest) <= self._left:
+                    self._left -= len(rest)
+                    hot.text.write(rest)
+                    raw, seq = run.raw[i:], self._seq
+                    self._events += hot.delta.run(raw, seq)
+                    self._seq = seq + len(raw)
+                    return
             self._on_content(TextDelta(piece))
             if self.done or self.exceeded:
                 return
+            used += len(piece)
 
     def _on_args_run(self, run: ToolCallRun) -> None:
-        for piece in run.pieces:
+        """The same for a call's fragments, until the first has made the call live."""
+        used = 0
+        for i, piece in enumerate(run.pieces):
+            live = self._live
+            if i and self.per_token_paths and live is not None and live.index == run.index:
+                rest = run.arguments[used:]
+                if len(rest) <= self._left:
+                    self._left -= len(rest)
+                    live.args.append(rest)
+                    raw, seq = run.raw[i:], self._seq
+                    self._events += live.delta.run(raw, seq)  # type: ignore[union-attr]
+                    self._seq = seq + len(raw)
+                    return
             self._on_tool_call(ToolCallDelta(run.index, None, None, piece))
             if self.done or self.exceeded:
                 return
+            used += len(piece)
 
     def _write(self, part: Part, text: str, logprobs: list[dict[str, Any]] | None) -> None:
         """`text` into `part`, and its delta event (with the tokens' logprobs, if any)."""
