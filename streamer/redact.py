@@ -31,8 +31,11 @@ from streamer.core.deltas import (
     ReasoningDelta,
     RefusalDelta,
     TextDelta,
+    TextRun,
     ToolCallDelta,
+    ToolCallRun,
     UpstreamError,
+    expand,
 )
 from streamer.core.errors import RequestError
 from streamer.upstream.batch import Batch
@@ -276,6 +279,7 @@ class _RecordingScrubber:
 
 
 _TEXTS = (TextDelta, LoggedText, ReasoningDelta, RefusalDelta)
+_PLAIN: dict[type, type] = {TextRun: TextDelta, ToolCallRun: ToolCallDelta}  # a run's pieces
 
 
 class _RedactingStream:
@@ -337,27 +341,38 @@ class _RedactingStream:
         channel = self._channel
         kind = channel.__class__
         if scrubber.held or kind is NoneType:
-            return self._scrub_from(batch, 0)
+            return self._scrub_runs_from(batch, 0)
         ends, shortest = scrubber._ends, scrubber._shortest
         tool = kind is ToolCallDelta
         index = channel.index if tool else 0  # type: ignore[union-attr]
         i = -1  # a counter is cheaper than enumerate here
         for delta in batch:
             i += 1
-            if delta.__class__ is not kind:
-                return self._scrub_from(batch, i)
+            cls = delta.__class__
+            if cls is TextRun or cls is ToolCallRun:  # a run passes if each piece does
+                cls, pieces = _PLAIN[cls], delta.pieces  # type: ignore[union-attr]
+            else:
+                pieces = None
+            if cls is not kind:
+                return self._scrub_runs_from(batch, i)
             if tool:
                 if delta.index != index:  # type: ignore[union-attr]
-                    return self._scrub_from(batch, i)
+                    return self._scrub_runs_from(batch, i)
                 piece = delta.arguments  # type: ignore[union-attr]
             else:
                 piece = delta.text  # type: ignore[union-attr]
-            if not piece or len(piece) >= shortest:
-                return self._scrub_from(batch, i)
-            tails = ends.get(piece[-1])  # an index, not a slice: no new string
-            if tails is not None and piece.endswith(tails):
-                return self._scrub_from(batch, i)
+            for one in pieces or (piece,):
+                if not one or len(one) >= shortest:
+                    return self._scrub_runs_from(batch, i)
+                tails = ends.get(one[-1])  # an index, not a slice: no new string
+                if tails is not None and one.endswith(tails):
+                    return self._scrub_runs_from(batch, i)
         return batch
+
+    def _scrub_runs_from(self, batch: list[Delta], start: int) -> list[Delta]:
+        """`_scrub_from`, the runs from `start` on taken piece by piece (a secret may span
+        pieces; the scrubber holds and cuts within one)."""
+        return self._scrub_from(batch[:start] + expand(batch[start:]), start)
 
     def _scrub_from(self, batch: list[Delta], start: int) -> list[Delta]:
         out = batch[:start]

@@ -8,7 +8,15 @@ from typing import Any
 import orjson
 import pytest
 
-from streamer.core.deltas import Delta, Finish, TextDelta, ToolCallDelta, UpstreamError, Usage
+from streamer.core.deltas import (
+    Delta,
+    Finish,
+    TextDelta,
+    ToolCallDelta,
+    UpstreamError,
+    Usage,
+    expand,
+)
 from streamer.upstream.chat.decoder import MAX_BATCH, ChatDecoder, EndCause
 
 
@@ -135,9 +143,9 @@ def test_an_unterminated_last_event_counts_at_a_clean_end_only() -> None:
 def test_batches_are_the_first_few_events_then_up_to_max_batch() -> None:
     body = b"".join(event(chunk({"content": str(i)})) for i in range(600))
     decoder = ChatDecoder()
-    sizes = [len(decoder.feed(body))]
+    sizes = [len(expand(decoder.feed(body)))]  # pieces, not runs: one per event
     while decoder.pending:
-        sizes.append(len(decoder.take()))
+        sizes.append(len(expand(decoder.take())))
     assert sizes == [4, MAX_BATCH, MAX_BATCH, 600 - 4 - 2 * MAX_BATCH]
     assert decoder.take() == []
 

@@ -340,3 +340,15 @@ def test_bulk_path_matches_the_loop_on_any_bytes(wire: bytes, cuts: list[int]) -
     assert (fast[0] == "error") == (slow[0] == "error"), (wire, marks)
     if fast[0] != "error":
         assert fast == slow, (wire, marks)
+
+
+@pytest.mark.parametrize("length", [0xFFF, 0x1000, 70000])
+@pytest.mark.parametrize("size", ["%x", "%X", "0%x"])
+def test_bulk_path_past_the_size_table(length: int, size: str) -> None:
+    """Sizes the bulk path looks up (lowercase, under 4 KiB) and ones it parses."""
+    data = bytes(range(256)) * (length // 256) + b"x" * (length % 256)
+    data = data.replace(b"\r\n", b"\r.")
+    wire = (size % length).encode() + b"\r\n" + data + b"\r\n" + b"3\r\nabc\r\n0\r\n\r\n"
+    for bulk in (True, False):
+        decoder = ChunkedDecoder(bulk=bulk)
+        assert decoder.feed(wire) == data + b"abc" and decoder.done

@@ -29,6 +29,17 @@ class LoggedText(TextDelta):
 
 
 @dataclass(slots=True)
+class TextRun(TextDelta):
+    """Consecutive pieces of the answer from one read, decoded together: `text` is their
+    join, so a consumer that knows only `TextDelta` sees the same text. `raw` holds each
+    piece as the backend encoded it (JSON string contents, validated), for the streamer to
+    splice into its events; every piece is non-empty and still becomes one event."""
+
+    pieces: list[str]
+    raw: list[bytes]
+
+
+@dataclass(slots=True)
 class ServiceTier:
     """The service tier the backend reports having served the request at."""
 
@@ -69,6 +80,15 @@ class ToolCallDelta:
     id: str | None = None
     name: str | None = None
     arguments: str = ""
+
+
+@dataclass(slots=True)
+class ToolCallRun(ToolCallDelta):
+    """Consecutive argument fragments of one call (no id, no name) decoded together, as
+    `TextRun` is for text: `arguments` is their join; each piece is non-empty."""
+
+    pieces: list[str] = field(default_factory=list)
+    raw: list[bytes] = field(default_factory=list)
 
 
 @dataclass(slots=True)
@@ -113,6 +133,8 @@ class ForeignEvent:
 Delta = (
     TextDelta
     | LoggedText
+    | TextRun
+    | ToolCallRun
     | ReasoningDelta
     | ReasoningBlob
     | RefusalDelta
@@ -124,3 +146,23 @@ Delta = (
     | ForeignEvent
     | ServiceTier
 )
+
+
+RUNS = (TextRun, ToolCallRun)
+
+
+def expand(deltas: list[Delta]) -> list[Delta]:
+    """`deltas` with every run replaced by its pieces, one plain delta each (what the
+    decoder gives with runs off): for consumers that look at single pieces."""
+    if not any(d.__class__ is TextRun or d.__class__ is ToolCallRun for d in deltas):
+        return deltas
+    out: list[Delta] = []
+    for delta in deltas:
+        if delta.__class__ is TextRun:
+            out += map(TextDelta, delta.pieces)
+        elif delta.__class__ is ToolCallRun:
+            index = delta.index
+            out += [ToolCallDelta(index, None, None, p) for p in delta.pieces]
+        else:
+            out.append(delta)
+    return out

@@ -9,12 +9,16 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Sequence
+from itertools import repeat
 from typing import Any
 
 import orjson
 
 from streamer.core.client_tools import CLIENT_TOOLS
+from streamer.core.events import Event
 from streamer.core.tools import ToolIdentity
+
+_new = tuple.__new__  # Event's C-level constructor (see output.py)
 
 # `error.code`s a client can act on: the spec's (`ResponseError.code`), plus the ones
 # Codex classifies itself (context window, quota, plan).
@@ -70,6 +74,17 @@ class DeltaTemplate:
     def encode(self, delta: str, seq: int) -> bytes:
         """The event's JSON, with `sequence_number` last, as `orjson.dumps` of the dict."""
         return b'%s%s,"sequence_number":%d}' % (self._prefix, orjson.dumps(delta), seq)
+
+    def run(self, raw: list[bytes], seq: int) -> list[Event]:
+        """One event per piece of a run, numbered from `seq`: each piece's JSON string
+        contents as the backend sent them (validated by the decoder, runs.py), spliced in
+        where `encode` puts `orjson.dumps` of the decoded piece: the same JSON, parsed."""
+        seqs = range(seq, seq + len(raw))
+        prefix = self._prefix + b'"'
+        datas = [
+            b'%s%s","sequence_number":%d}' % (prefix, r, s) for r, s in zip(raw, seqs, strict=True)
+        ]
+        return list(map(_new, repeat(Event), zip(repeat(self.type), datas, seqs)))
 
 
 class Part:

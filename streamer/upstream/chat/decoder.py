@@ -26,7 +26,9 @@ from streamer.core.deltas import (
     RefusalDelta,
     ServiceTier,
     TextDelta,
+    TextRun,
     ToolCallDelta,
+    ToolCallRun,
     UpstreamError,
     Usage,
 )
@@ -36,6 +38,7 @@ from streamer.redact import scrub
 from streamer.upstream.chat.chunk_shapes import NO_SHAPE, learn_arguments, learn_text
 from streamer.upstream.chat.error_shapes import CONTEXT_OVERFLOW, is_context_overflow, is_rejection
 from streamer.upstream.chat.logprobs import choice_logprobs
+from streamer.upstream.chat.runs import RunKeys, contents, fits, run_keys, strings
 
 INVALID_CHUNK = "invalid_upstream_chunk"
 INVALID_ENCODING = "invalid_upstream_encoding"  # a compressed stream that stops decoding
@@ -106,31 +109,134 @@ class CallIndexes:
 class ChatChunkDecoder:
     """One per backend stream. `done` is set by `[DONE]`, `finished` by a finish reason."""
 
-    __slots__ = ("_args", "_calls", "_lessons", "_text", "_tier", "done", "finished")
+    __slots__ = (
+        "_args",
+        "_args_keys",
+        "_calls",
+        "_lessons",
+        "_text",
+        "_text_keys",
+        "_tier",
+        "done",
+        "finished",
+        "runs",
+    )
 
-    def __init__(self) -> None:
+    def __init__(self, *, runs: bool = False) -> None:
+        self.runs = runs  # decode runs of per-token chunks together (TextRun, ToolCallRun)
         self._tier: str | None = None  # the service tier the stream reported last
         self.done = False
         self.finished = False
         self._calls = CallIndexes()
         self._text = NO_SHAPE  # the stream's text chunk, once seen (chunk_shapes)
         self._args = NO_SHAPE  # its argument-fragment chunk
+        self._text_keys: RunKeys | None = None  # the shapes as runs need them (runs.py)
+        self._args_keys: RunKeys | None = None
         self._lessons = _LESSONS
 
     def decode(self, messages: list[bytes | SSEMessage]) -> list[Delta]:
         """Decode a batch of events (raw `data:` payloads, or messages); stop after an error.
 
-        The per-token chunks are sliced through the stream's learnt shapes; any other
-        payload goes through `feed`.
+        The per-token chunks are sliced through the stream's learnt shapes, runs of them
+        decoded together (`runs`, with `self.runs`); any other payload goes through `feed`.
         """
         out: list[Delta] = []
+        at, n = 0, len(messages)
+        while at < n:
+            if self.runs and (self._text_keys or self._args_keys):
+                at = self._runs(messages, at, out)
+            else:
+                at = self._each(messages, at, n, out)
+            if self.done or (out and out[-1].__class__ is UpstreamError):
+                break
+        return out
+
+    def _runs(self, messages: list[bytes | SSEMessage], at: int, out: list[Delta]) -> int:
+        """Decode from `at` on, runs of per-token chunks together; returns where it stopped
+        (the end, or after a chunk that taught a new shape: the runs are found again)."""
+        rest = messages[at:]
+        n = len(rest)
+        try:
+            text_fits = fits(rest, self._text_keys)  # type: ignore[arg-type]
+        except TypeError:  # parsed messages in the batch (the general SSE path): one by one
+            return at + self._each(rest, 0, n, out)
+        # The argument shape is tried only between text runs, one stretch at a time.
+        args_fits, base, until = [False, True], 0, 0
+        i = 0
+        while i < n:
+            if text_fits[i]:
+                end = text_fits.index(False, i)
+                deltas = self._text_run(rest[i:end]) if end - i > 1 else None  # type: ignore[arg-type]
+            else:
+                if i >= until:
+                    base, until = i, min(text_fits.index(True, i), n)
+                    try:
+                        args_fits = fits(rest[i:until], self._args_keys)  # type: ignore[arg-type]
+                    except TypeError:  # parsed messages (see above)
+                        return at + self._each(rest, i, n, out)
+                if args_fits[i - base]:
+                    end = base + args_fits.index(False, i - base)
+                    deltas = self._args_run(rest[i:end]) if end - i > 1 else None  # type: ignore[arg-type]
+                else:
+                    end = min(base + args_fits.index(True, i - base), until)
+                    deltas = None
+            if deltas is None:  # the per-payload path, which may learn a shape
+                text, args = self._text, self._args
+                stop = self._each(rest, i, end, out)
+                if (
+                    stop < end
+                    or self.done
+                    or (out and out[-1].__class__ is UpstreamError)
+                    or text is not self._text
+                    or args is not self._args
+                ):
+                    return at + stop
+            elif not self.done:
+                out += deltas
+            i = end
+        return at + n
+
+    def _text_run(self, run: list[bytes]) -> list[Delta] | None:
+        """A run of text chunks as one `TextRun` (its empty pieces left out, as `_each`
+        leaves them), or None: the run does not fit after all."""
+        keys = self._text_keys
+        assert keys is not None
+        raw = contents(run, keys)
+        values = strings(raw) if raw is not None else None
+        if values is None:
+            return None
+        if not all(values):  # empty pieces make no delta
+            kept = [(v, r) for v, r in zip(values, raw, strict=True) if v]  # type: ignore[arg-type]
+            if len(kept) < 2:
+                return [TextDelta(v) for v, _ in kept]
+            values, raw = [v for v, _ in kept], [r for _, r in kept]
+        return [TextRun("".join(values), values, raw)]  # type: ignore[arg-type]
+
+    def _args_run(self, run: list[bytes]) -> list[Delta] | None:
+        """A run of argument fragments of one call as one `ToolCallRun`, or None."""
+        keys = self._args_keys
+        assert keys is not None
+        raw = contents(run, keys)
+        values = strings(raw) if raw is not None else None
+        if values is None or not all(values):  # an empty fragment: the per-payload path
+            return None
+        return [ToolCallRun(self._args.call, None, None, "".join(values), values, raw)]  # type: ignore[arg-type]
+
+    def _each(
+        self, messages: list[bytes | SSEMessage], at: int, stop: int, out: list[Delta]
+    ) -> int:
+        """Decode `messages[at:stop]` one by one; returns where it stopped: `stop`, or (with
+        runs on) just after a payload that taught a shape, or after an error."""
         append = out.append
         # The shapes as locals, and a slice compared rather than a startswith call: this
         # is the per-token path. A payload too short for head and tail only fails to parse.
         text, args = self._text, self._args
         th, tt, _, ts, te = text
-        ah, at, index, as_, ae = args
-        for message in messages:
+        ah, at_, index, as_, ae = args
+        runs = self.runs
+        while at < stop:
+            message = messages[at]
+            at += 1
             if message.__class__ is bytes:
                 if th and message[:ts] == th and message[te:] == tt:
                     try:
@@ -141,7 +247,7 @@ class ChatChunkDecoder:
                         if value and not self.done:
                             append(TextDelta(value))
                         continue
-                if ah and message[:as_] == ah and message[ae:] == at:
+                if ah and message[:as_] == ah and message[ae:] == at_:
                     try:
                         value = _loads(message[as_:ae])
                     except _JSONDecodeError:
@@ -152,16 +258,19 @@ class ChatChunkDecoder:
                         continue
                 deltas = self.feed(message)
                 if text is not self._text or args is not self._args:  # it learnt a shape
+                    if runs:
+                        out += deltas
+                        return at
                     text, args = self._text, self._args
                     th, tt, _, ts, te = text
-                    ah, at, index, as_, ae = args
+                    ah, at_, index, as_, ae = args
             else:
                 deltas = self.feed(message.data, message.event)  # type: ignore[union-attr]
             if deltas:
                 out += deltas
                 if deltas[-1].__class__ is UpstreamError:
-                    break
-        return out
+                    return at
+        return at
 
     def feed(self, message_data: str | bytes, event: str | None = None) -> list[Delta]:
         """Decode one `data:` payload; `event` is the SSE event name, if the backend sent one."""
@@ -228,7 +337,7 @@ class ChatChunkDecoder:
             if delta.__class__ is ToolCallDelta:
                 out[i], renumbered = self._calls.index(delta)
                 if renumbered:
-                    self._args = NO_SHAPE
+                    self._args, self._args_keys = NO_SHAPE, None
 
     def _learn(self, payload: bytes, obj: dict[str, Any], delta: Delta) -> None:
         """Learn the shape of a per-token chunk: one choice whose only output is one piece of
@@ -246,6 +355,7 @@ class ChatChunkDecoder:
             if message.get("content").__class__ is str:
                 self._lessons -= 1
                 self._text = learn_text(payload, obj) or self._text
+                self._text_keys = run_keys(self._text)
         elif delta.id is None and delta.name is None:  # type: ignore[union-attr]
             calls = message["tool_calls"]
             function = calls[0].get("function") if len(calls) == 1 else None
@@ -253,6 +363,7 @@ class ChatChunkDecoder:
                 self._lessons -= 1
                 shape = learn_arguments(payload, obj, delta.index)  # type: ignore[union-attr]
                 self._args = shape or self._args
+                self._args_keys = run_keys(self._args)
 
 
 class EndCause(Enum):
@@ -280,6 +391,8 @@ class ChatDecoder:
     connection must be cut); `done`: `[DONE]` came (the rest of the body is only drained).
     """
 
+    runs = True  # runs of per-token chunks decoded together (False: one by one, the reference)
+
     __slots__ = (
         "_at",
         "_backlog",
@@ -296,7 +409,7 @@ class ChatDecoder:
 
     def __init__(self, idle_timeout: float = 300, first_byte_timeout: float | None = None) -> None:
         self._sse = SSEDecoder()
-        self._chat = ChatChunkDecoder()
+        self._chat = ChatChunkDecoder(runs=self.runs)
         self._backlog: list[bytes | SSEMessage] = []  # events not decoded yet, from `_at` on
         self._at = 0
         self._batch = FIRST_BATCH

@@ -219,9 +219,15 @@ class ChunkedDecoder:
             return data
         sizes = parts[0 : 2 * k : 2]
         pieces = parts[1 : 2 * k : 2]
+        lens = list(map(len, pieces))
+        try:  # the usual sizes are the lengths in lowercase hex: a table lookup, not `int`
+            canonical = list(map(_HEX_OF.__getitem__, lens))
+        except IndexError:  # a chunk of 4 KiB or more
+            canonical = None
+        if canonical == sizes:
+            nums: list[int] | None = lens
         # `int` alone would take "0x1a", "+1a", " 1a", "1_a": hex digits only, as in the loop
-        joined = b"".join(sizes)
-        if joined.translate(None, _HEX) or (
+        elif (joined := b"".join(sizes)).translate(None, _HEX) or (
             # Over 15 digits is refused too. A size that matches its piece's length (< 64 KiB
             # when the data is) has 4 significant digits at most, so one of 16 digits or more
             # has 12 leading zeros; only then (or for larger data) are sizes measured one by one.
@@ -233,7 +239,7 @@ class ChunkedDecoder:
                 nums = list(map(int, sizes, _SIXTEEN))
             except ValueError:  # an empty size line
                 nums = None
-        if nums is None or nums != list(map(len, pieces)):
+        if nums is None or nums != lens:
             self._fast = False
             return data
         if 0 in nums:  # the last chunk, no trailers: the body ends here
@@ -250,6 +256,7 @@ class ChunkedDecoder:
 
 
 _SIXTEEN = itertools.repeat(16)
+_HEX_OF = [b"%x" % n for n in range(4096)]  # chunk sizes as backends write them, 1-3 digits
 _ZEROS = b"0" * 12
 
 
