@@ -165,3 +165,27 @@ def test_broken_framing_is_an_error() -> None:
     assert len(out) == 1 and isinstance(out[0], UpstreamError)
     assert out[0].code == "invalid_upstream_chunk" and decoder.broken
     assert decoder.feed(BODY) == []
+
+
+def test_shapes_are_learnt_from_the_second_chunk_of_a_kind() -> None:
+    """A one-token answer and a call in one fragment learn nothing (the lesson costs more
+    than it saves); the second text chunk and the second fragment teach their shapes."""
+    from streamer.upstream.chat.chunk_shapes import NO_SHAPE
+    from streamer.upstream.chat.decoder import ChatChunkDecoder
+
+    def text(piece: str) -> bytes:
+        return orjson.dumps({"id": "c", "choices": [{"index": 0, "delta": {"content": piece}}]})
+
+    def fragment(piece: str) -> bytes:
+        call = {"index": 0, "function": {"arguments": piece}}
+        return orjson.dumps({"id": "c", "choices": [{"index": 0, "delta": {"tool_calls": [call]}}]})
+
+    decoder = ChatChunkDecoder()
+    assert decoder.decode([text("one")]) == [TextDelta("one")]
+    assert decoder._text is NO_SHAPE
+    assert decoder.decode([text("two"), text("three")]) == [TextDelta("two"), TextDelta("three")]
+    assert decoder._text is not NO_SHAPE
+    assert decoder.decode([fragment('{"a"')]) == [ToolCallDelta(0, None, None, '{"a"')]
+    assert decoder._args is NO_SHAPE
+    assert decoder.decode([fragment(":1}")]) == [ToolCallDelta(0, None, None, ":1}")]
+    assert decoder._args is not NO_SHAPE

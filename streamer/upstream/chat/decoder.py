@@ -54,6 +54,7 @@ _MAX_KEPT_VALUE = 256
 _MAX_KEPT_HEADERS = 16
 
 
+_TEXT, _ARGS = 1, 2  # the kinds of per-token chunk whose shapes are learnt
 _LESSONS = 4  # shapes learnt per stream at most: a backend whose chunks all differ costs little
 _loads = orjson.loads
 _JSONDecodeError = orjson.JSONDecodeError
@@ -114,6 +115,7 @@ class ChatChunkDecoder:
         "_args_keys",
         "_calls",
         "_lessons",
+        "_seen",
         "_text",
         "_text_keys",
         "_tier",
@@ -133,6 +135,7 @@ class ChatChunkDecoder:
         self._text_keys: RunKeys | None = None  # the shapes as runs need them (runs.py)
         self._args_keys: RunKeys | None = None
         self._lessons = _LESSONS
+        self._seen = 0  # the kinds of per-token chunk met once (_TEXT, _ARGS): learnt the next time
 
     def decode(self, messages: list[bytes | SSEMessage]) -> list[Delta]:
         """Decode a batch of events (raw `data:` payloads, or messages); stop after an error.
@@ -352,18 +355,31 @@ class ChatChunkDecoder:
             return
         message = choices[0]["delta"]  # the delta came from it: a dict with a delta dict
         if cls is TextDelta:
-            if message.get("content").__class__ is str:
+            if message.get("content").__class__ is str and self._second(_TEXT):
                 self._lessons -= 1
                 self._text = learn_text(payload, obj) or self._text
                 self._text_keys = run_keys(self._text)
         elif delta.id is None and delta.name is None:  # type: ignore[union-attr]
             calls = message["tool_calls"]
             function = calls[0].get("function") if len(calls) == 1 else None
-            if isinstance(function, dict) and function.get("arguments").__class__ is str:
+            if (
+                isinstance(function, dict)
+                and function.get("arguments").__class__ is str
+                and self._second(_ARGS)
+            ):
                 self._lessons -= 1
                 shape = learn_arguments(payload, obj, delta.index)  # type: ignore[union-attr]
                 self._args = shape or self._args
                 self._args_keys = run_keys(self._args)
+
+    def _second(self, kind: int) -> bool:
+        """Whether a chunk of this kind came before: shapes are learnt from the second on,
+        so a one-token answer (or a call in one piece) pays for no lesson it never uses
+        (a third of decoding a short turn)."""
+        if self._seen & kind:
+            return True
+        self._seen |= kind
+        return False
 
 
 class EndCause(Enum):
