@@ -189,3 +189,20 @@ def test_shapes_are_learnt_from_the_second_chunk_of_a_kind() -> None:
     assert decoder._args is NO_SHAPE
     assert decoder.decode([fragment(":1}")]) == [ToolCallDelta(0, None, None, ":1}")]
     assert decoder._args is not NO_SHAPE
+
+
+def test_a_short_read_is_decoded_whole_and_a_long_one_starts_small() -> None:
+    """Up to WHOLE_READ events in a read leave in one batch (one write to the client); a
+    longer read still gives its first FIRST_BATCH events at once (the first text)."""
+    from streamer.upstream.chat.decoder import FIRST_BATCH, WHOLE_READ
+
+    def read(n: int) -> bytes:
+        chunk = {"id": "c", "choices": [{"index": 0, "delta": {"content": "t"}}]}
+        return b"".join(b"data: " + orjson.dumps(chunk) + b"\n\n" for _ in range(n))
+
+    short = ChatDecoder(300)
+    assert len(expand(short.feed(read(WHOLE_READ)))) == WHOLE_READ
+    assert not short.pending
+    long = ChatDecoder(300)
+    assert len(expand(long.feed(read(WHOLE_READ + 1)))) == FIRST_BATCH
+    assert long.pending

@@ -43,6 +43,9 @@ from streamer.upstream.chat.runs import RunKeys, contents, fits, run_keys, strin
 INVALID_CHUNK = "invalid_upstream_chunk"
 INVALID_ENCODING = "invalid_upstream_encoding"  # a compressed stream that stops decoding
 FIRST_BATCH, MAX_BATCH = 4, 256  # events decoded per batch: the first few, then up to 256
+# A read holding no more events than this is decoded whole: a short answer then leaves in
+# one batch, one write (a first batch of 4 would only add a write and a pass of the loop).
+WHOLE_READ = 16
 _RATE_LIMIT_HEADERS = ("retry-after", "retry-after-ms")
 _SNIPPET = 120
 _ERROR_TEXT = 500  # characters of a non-JSON error body quoted in the message
@@ -466,6 +469,8 @@ class ChatDecoder:
     def take(self) -> list[Delta]:
         """The next batch of waiting events' deltas (none when nothing waits)."""
         at, size = self._at, self._batch
+        if len(self._backlog) - at <= WHOLE_READ:
+            size = WHOLE_READ
         messages = self._backlog[at : at + size]
         self._at = at + size  # an index, not a shorter copy: a long backlog is taken in O(n)
         self._batch = MAX_BATCH
