@@ -379,7 +379,9 @@ SETTINGS: tuple[Setting, ...] = (
     Setting(
         "--ws-remembered",
         "ws_remembered",
-        16,
+        # each holds its whole history: 16 of them cost 12 MB at 64 sockets of 2,000-token
+        # answers (bench fresh probes); Codex chains from its lane's latest only
+        4,
         "Responses a WebSocket connection remembers for previous_response_id "
         "(each lane's latest kept longest).",
         int,
@@ -530,7 +532,7 @@ class Settings:
     store_ttl: int = 3600
     ws_max_message_bytes: int = 16 * 1024 * 1024
     ws_lifetime: float = 3600.0
-    ws_remembered: int = 16
+    ws_remembered: int = 4
     ws_max_queued_bytes: int = 32 * 1024 * 1024
     ws_max_queued_frames: int = 64
     ws_max_rejected_frames: int = 8
