@@ -101,22 +101,29 @@ class SSEDecoder:
                 chunk = chunk[3:]
             self._first = False
         if not (self._buf or self._data or self._skip_lf or self._first) and self._event is None:
-            # The common case: nothing parsed is pending, and the chunk is whole `data:`
-            # events, each ended by a blank line: two regex passes in C instead of a loop
-            # per line. The unparsed tail waits, raw, for the next chunk.
-            cut = chunk.rfind(b"\n\n") + 2
-            if cut > 1 and len(chunk) - cut <= self.max_size and b"\r" not in chunk:
-                payloads = _DATA_PAYLOAD.findall(chunk, 0, cut)
-                # Every match is `data: ` + payload + `\n\n`: if they add up to the whole
-                # block, nothing else was in it (findall skips what does not match).
-                if sum(map(len, payloads)) + 8 * len(payloads) == cut:
-                    self._raw = chunk[cut:]
-                    return payloads
+            # The common case: nothing parsed is pending, and the chunk is whole events.
+            fast = self._whole_events(chunk)
+            if fast is not None:
+                return fast
         out: list[bytes | SSEMessage] = self._feed_lines(chunk)  # type: ignore[assignment]
         if self._buf and not (self._data or self._skip_lf) and self._event is None:
             # only a partial line pends: back to the fast path, the buffer moved, not copied
             self._raw, self._buf = self._buf, bytearray()
         return out
+
+    def _whole_events(self, chunk: bytes) -> list[bytes | SSEMessage] | None:
+        """`chunk` (nothing pending before it) as whole `data:` events, each ended by a blank
+        line, their payloads raw: two regex passes in C instead of a loop per line; the
+        unparsed tail waits, raw, for the next chunk. None: the block is not only that."""
+        cut = chunk.rfind(b"\n\n") + 2
+        if cut > 1 and len(chunk) - cut <= self.max_size and b"\r" not in chunk:
+            payloads: list[bytes | SSEMessage] = _DATA_PAYLOAD.findall(chunk, 0, cut)
+            # Every match is `data: ` + payload + `\n\n`: if they add up to the whole
+            # block, nothing else was in it (findall skips what does not match).
+            if sum(map(len, payloads)) + 8 * len(payloads) == cut:
+                self._raw = chunk[cut:]
+                return payloads
+        return None
 
     def _feed_pending(self, raw: bytes, chunk: bytes) -> list[bytes | SSEMessage]:
         """A raw tail holding whole lines: parse it now, so it pends as parser state."""

@@ -13,7 +13,7 @@ the type from the JSON, as it always has.
 
 from __future__ import annotations
 
-from streamer.core.sse import _BOM, SSEDecoder, SSEError, SSEMessage
+from streamer.core.sse import SSEDecoder, SSEMessage
 
 
 class EventFraming(SSEDecoder):
@@ -21,36 +21,14 @@ class EventFraming(SSEDecoder):
 
     __slots__ = ()
 
-    def payloads(self, chunk: bytes) -> list[bytes | SSEMessage]:
-        """The events that `chunk` completes: raw when the block is plain, else parsed."""
-        raw = self._raw
-        if raw:
-            if b"\n" not in chunk and b"\r" not in chunk:
-                if raw.__class__ is bytes:
-                    if b"\n" in raw:  # whole lines pend too: the line path keeps them
-                        return self._feed_pending(raw, chunk)
-                    raw = self._raw = bytearray(raw)  # once per line: grows in place now
-                    self.copied += len(raw)
-                raw += chunk
-                if len(raw) > self.max_size:
-                    raise SSEError(f"an event-stream line exceeded {self.max_size} bytes")
-                return []
-            self.copied += len(raw)
-            chunk = b"".join((raw, chunk))  # the pending line ends here: copied out once
-            self._raw = b""
-        elif self._first and not self._buf and (len(chunk) >= 3 or not _BOM.startswith(chunk)):
-            if chunk.startswith(_BOM):
-                chunk = chunk[3:]
-            self._first = False
-        if not (self._buf or self._data or self._skip_lf or self._first) and self._event is None:
-            cut = chunk.rfind(b"\n\n")
-            if cut >= 0 and len(chunk) - cut - 2 <= self.max_size and b"\r" not in chunk:
-                self._raw = chunk[cut + 2 :]
-                return chunk[:cut].split(b"\n\n")  # type: ignore[return-value]
-        out: list[bytes | SSEMessage] = self._feed_lines(chunk)  # type: ignore[assignment]
-        if self._buf and not (self._data or self._skip_lf) and self._event is None:
-            self._raw, self._buf = self._buf, bytearray()
-        return out
+    def _whole_events(self, chunk: bytes) -> list[bytes | SSEMessage] | None:
+        """A block of whole events cut at its blank lines in one split, each event raw
+        (`event_data` / `event_messages` read them); the tail waits for the next chunk."""
+        cut = chunk.rfind(b"\n\n")
+        if cut >= 0 and len(chunk) - cut - 2 <= self.max_size and b"\r" not in chunk:
+            self._raw = chunk[cut + 2 :]
+            return chunk[:cut].split(b"\n\n")  # type: ignore[return-value]
+        return None
 
 
 def event_data(event: bytes) -> bytes | None:
