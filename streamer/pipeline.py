@@ -84,6 +84,16 @@ class Sink(Protocol):
         ...
 
 
+class JSONSink:
+    """A non-streaming turn's sink: events dropped, the final response is the answer."""
+
+    __slots__ = ()
+    answered = True  # a failure is still a 200 with a failed response
+
+    async def send(self, batch: list[Event], final: bool) -> None:
+        return None
+
+
 @dataclass(frozen=True, slots=True)
 class TurnOptions:
     """Per-gateway settings that shape every turn."""

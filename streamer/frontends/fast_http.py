@@ -45,6 +45,7 @@ from streamer.frontends.request_head import (
 )
 from streamer.gateway import Gateway, store_unavailable
 from streamer.logs import choose_request_id
+from streamer.pipeline import JSONSink
 from streamer.store import StoreUnavailable
 
 log = logging.getLogger("streamer.frontends.fast_http")
@@ -220,7 +221,7 @@ class FastRoute:
         gateway.stats["http_turns"] += 1
         with gateway.in_flight.tracking():
             if not request.get("stream"):
-                await gateway.run(turn, _JSONSink(), "json")
+                await gateway.run(turn, JSONSink(), "json")
                 conn.send_whole(self.whole(200, json_body(turn.response), rid, head.close))
                 return 200
             sink = _SSESink(conn, self.sse_head(rid, head.close))
@@ -251,16 +252,6 @@ class FastRoute:
         logs.access("POST", PATH, 408, started)
         logs.request_id.reset(token)
         conn.done()
-
-
-class _JSONSink:
-    """A non-streaming turn: events dropped, the final response is the answer."""
-
-    __slots__ = ()
-    answered = True  # a failure is still a 200 with a failed response
-
-    async def send(self, batch: list[Event], final: bool) -> None:
-        return None
 
 
 class _SSESink:

@@ -21,7 +21,7 @@ from streamer.frontends.frontdoor import FRONT_DOOR
 from streamer.gateway import Gateway
 from streamer.identity import CLIENT
 from streamer.models_config import catalog_entries
-from streamer.pipeline import Turn
+from streamer.pipeline import JSONSink, Turn
 from streamer.worker import WORKER_INFO
 
 log = logging.getLogger("streamer.frontends.http")
@@ -126,7 +126,7 @@ async def create_response(request: web.Request) -> web.StreamResponse:
         return await follow(request, gateway.store, turn.response["id"], after=-1)
     with gateway.in_flight.tracking():
         if not body.get("stream"):
-            await gateway.run(turn, _JSONSink(), "json")
+            await gateway.run(turn, JSONSink(), "json")
             return json_response(turn.response)
         return await stream_sse(request, gateway, turn)
 
@@ -146,18 +146,8 @@ async def compact(request: web.Request) -> web.Response:
     )
     gateway.stats["http_turns"] += 1
     with gateway.in_flight.tracking():
-        await gateway.run(turn, _JSONSink(), "json")
+        await gateway.run(turn, JSONSink(), "json")
     return json_response(compacted(turn.response, turn.items))
-
-
-class _JSONSink:
-    """A non-streaming turn: events dropped, the final response is the answer."""
-
-    __slots__ = ()
-    answered = True  # a failure is still a 200 with a failed response
-
-    async def send(self, batch: list[Event], final: bool) -> None:
-        return None
 
 
 class _SSESink:
