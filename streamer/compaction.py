@@ -139,7 +139,10 @@ def _param(index: int, offset: int) -> str:
 
 
 def _readable(item: Mapping[str, Any]) -> bool:
-    for part in item.get("content") or ():
+    content = item.get("content")
+    if not isinstance(content, list):  # a replayed item is tolerated as sent: no parts here
+        return False
+    for part in content:
         if isinstance(part, dict) and part.get("type") == "reasoning_text" and part.get("text"):
             return True
     return False

@@ -268,8 +268,9 @@ class ResponsesEventDecoder:
         if kind in _CALLS:
             self._call_done(at, item, out)
         elif kind == "message":
-            if at not in self._streamed:  # a backend that sends items whole
-                for part in item.get("content") or ():
+            content = item.get("content")
+            if at not in self._streamed and isinstance(content, list):  # sent whole
+                for part in content:
                     if isinstance(part, dict) and isinstance(part.get("text"), str):
                         kind_of = RefusalDelta if part.get("type") == "refusal" else TextDelta
                         out.append(kind_of(part["text"]))
