@@ -30,7 +30,7 @@ import load_client
 
 from streamer.core import sse
 from streamer.pipeline import TurnOptions, prepare
-from streamer.upstream.chat.decoder import ChatDecoder, EndCause
+from streamer.upstream.chat.stream import ChatDecoder, EndCause
 from streamer.upstream.http1.wire import ChunkedDecoder
 
 STAGES = ("prepare", "chunked", "decode", "streamer", "encode")

@@ -41,7 +41,7 @@ LAYERS: tuple[tuple[str, str], ...] = (
     ("streamer (events)", r"core/output\.py|core/output_items\.py|core/events\.py"),
     (
         "decoding the backend stream",
-        r"upstream/chat/(decoder|chunk_shapes|runs)\.py|core/sse\.py"
+        r"upstream/chat/(decoder|stream|chunk_shapes|runs)\.py|core/sse\.py"
         r"|http1/wire\.py:ChunkedDecoder|upstream/responses/(decoder|framing|event_shapes)",
     ),
     (

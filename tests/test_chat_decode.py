@@ -17,12 +17,9 @@ from streamer.core.deltas import (
     UpstreamError,
     Usage,
 )
-from streamer.upstream.chat.decoder import (
-    ChatChunkDecoder,
-    decode_body,
-    decode_completion,
-    http_error,
-)
+from streamer.upstream.chat.decoder import ChatChunkDecoder, decode_completion
+from streamer.upstream.chat.http_errors import http_error
+from streamer.upstream.chat.stream import decode_body
 
 
 def chunk(delta: dict[str, Any] | None = None, finish: str | None = None, **top: Any) -> bytes:

@@ -17,7 +17,7 @@ from streamer.core.deltas import (
     Usage,
     expand,
 )
-from streamer.upstream.chat.decoder import MAX_BATCH, ChatDecoder, EndCause
+from streamer.upstream.chat.stream import MAX_BATCH, ChatDecoder, EndCause
 
 
 def event(obj: Any) -> bytes:
@@ -194,7 +194,7 @@ def test_shapes_are_learnt_from_the_second_chunk_of_a_kind() -> None:
 def test_a_short_read_is_decoded_whole_and_a_long_one_starts_small() -> None:
     """Up to WHOLE_READ events in a read leave in one batch (one write to the client); a
     longer read still gives its first FIRST_BATCH events at once (the first text)."""
-    from streamer.upstream.chat.decoder import FIRST_BATCH, WHOLE_READ
+    from streamer.upstream.chat.stream import FIRST_BATCH, WHOLE_READ
 
     def read(n: int) -> bytes:
         chunk = {"id": "c", "choices": [{"index": 0, "delta": {"content": "t"}}]}

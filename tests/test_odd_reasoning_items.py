@@ -10,7 +10,7 @@ from streamer.compaction import REASONING_FIELD, restore
 from streamer.core.deltas import TextDelta
 from streamer.core.errors import RequestError
 from streamer.sealing import Sealer
-from streamer.upstream.chat.decoder import EndCause
+from streamer.upstream.chat.stream import EndCause
 from streamer.upstream.responses.decoder import ResponsesDecoder
 
 

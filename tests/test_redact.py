@@ -23,7 +23,7 @@ from streamer.core.deltas import (
 from streamer.redact import REDACTED, StreamScrubber, _RedactingStream, scrub_message, secrets_of
 from streamer.store import MemoryStore, StoredResponse
 from streamer.upstream.batch import Batch
-from streamer.upstream.chat.decoder import http_error, rate_limit_headers
+from streamer.upstream.chat.http_errors import http_error, rate_limit_headers
 
 KEY = "sk-test-KEY-0123456789"
 OTHER = "sk-other-999999"

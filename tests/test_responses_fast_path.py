@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 
 from streamer.core.deltas import TextDelta, ToolCallDelta
 from streamer.core.sse import SSEDecoder, SSEMessage
-from streamer.upstream.chat.decoder import EndCause
+from streamer.upstream.chat.stream import EndCause
 from streamer.upstream.responses.decoder import ResponsesDecoder, ResponsesEventDecoder
 from streamer.upstream.responses.event_shapes import fit, learn
 from streamer.upstream.responses.framing import EventFraming

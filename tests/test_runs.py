@@ -29,8 +29,8 @@ from streamer.core.output import OutputItemStreamer
 from streamer.core.output_items import OutputLimits
 from streamer.core.response import new_response
 from streamer.core.tools import ResponsesToolNames
-from streamer.upstream.chat.decoder import ChatDecoder, EndCause
 from streamer.upstream.chat.runs import strings
+from streamer.upstream.chat.stream import ChatDecoder, EndCause
 
 # -- strings(): sound on any bytes ------------------------------------------------------
 

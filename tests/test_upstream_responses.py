@@ -37,7 +37,7 @@ from streamer.core.errors import RequestError
 from streamer.core.lowering import LoweringOptions
 from streamer.core.responses_lowering import lower_responses
 from streamer.core.tools import ResponsesToolNames
-from streamer.upstream.chat.decoder import EndCause
+from streamer.upstream.chat.stream import EndCause
 from streamer.upstream.responses.decoder import ResponsesDecoder, decode_response_body
 from streamer.upstream.responses.profiles import PROFILES
 

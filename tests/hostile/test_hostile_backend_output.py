@@ -26,7 +26,7 @@ from raw_backend import RawBackend, RawConnection, chunked, http_response, sse_d
 from sdk_models import validate_response
 from test_faults import _sdk_view, check_error_body, check_events
 
-import streamer.upstream.chat.decoder as chat_module
+import streamer.upstream.chat.stream as chat_module
 from streamer.core.sse import SSEDecoder
 
 MiB = 1 << 20

@@ -33,13 +33,9 @@ from streamer.identity import client_identity
 from streamer.redact import secrets_of
 from streamer.upstream.batch import Batch
 from streamer.upstream.body_budget import ByteBudget
-from streamer.upstream.chat.decoder import (
-    ChatDecoder,
-    EndCause,
-    decode_body,
-    http_error,
-)
+from streamer.upstream.chat.http_errors import http_error
 from streamer.upstream.chat.rejected_params import rejected_params, without
+from streamer.upstream.chat.stream import ChatDecoder, EndCause, decode_body
 from streamer.upstream.http1.connection import READ_SIZE, Response
 from streamer.upstream.http1.connection_limit import ConnectionLimit
 from streamer.upstream.http1.content_coding import (

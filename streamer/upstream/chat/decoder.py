@@ -2,8 +2,8 @@
 
 `ChatChunkDecoder` takes the `data:` payload of one SSE event of a streamed completion;
 `decode_completion` takes a whole non-streamed completion, for backends that ignore
-`stream: true`; `http_error` turns a backend's error answer into a `RequestError`.
-All are lenient: a shape they do not know is skipped, never raised on,
+`stream: true` (`stream.ChatDecoder` frames the body; `http_errors` reads a non-2xx one).
+Both are lenient: a shape they do not know is skipped, never raised on,
 because every backend (vLLM, llama.cpp, Ollama, SGLang, LM Studio) adds its own fields.
 
 Order of deltas from one chunk: reasoning, text, refusal, tool calls, finish, usage.
@@ -11,9 +11,6 @@ Order of deltas from one chunk: reasoning, text, refusal, tool calls, finish, us
 
 from __future__ import annotations
 
-import re
-from collections.abc import Mapping
-from enum import Enum
 from typing import Any
 
 import orjson
@@ -32,29 +29,14 @@ from streamer.core.deltas import (
     UpstreamError,
     Usage,
 )
-from streamer.core.errors import RequestError
-from streamer.core.sse import SSEDecoder, SSEError, SSEMessage
-from streamer.redact import scrub
+from streamer.core.sse import SSEMessage
 from streamer.upstream.chat.chunk_shapes import NO_SHAPE, learn_arguments, learn_text
-from streamer.upstream.chat.error_shapes import CONTEXT_OVERFLOW, is_context_overflow, is_rejection
+from streamer.upstream.chat.error_shapes import CONTEXT_OVERFLOW, is_context_overflow
 from streamer.upstream.chat.logprobs import choice_logprobs
 from streamer.upstream.chat.runs import RunKeys, contents, fits, run_keys, strings
 
 INVALID_CHUNK = "invalid_upstream_chunk"
-INVALID_ENCODING = "invalid_upstream_encoding"  # a compressed stream that stops decoding
-FIRST_BATCH, MAX_BATCH = 4, 256  # events decoded per batch: the first few, then up to 256
-# A read holding no more events than this is decoded whole: a short answer then leaves in
-# one batch, one write (a first batch of 4 would only add a write and a pass of the loop).
-WHOLE_READ = 16
-_RATE_LIMIT_HEADERS = ("retry-after", "retry-after-ms")
 _SNIPPET = 120
-_ERROR_TEXT = 500  # characters of a non-JSON error body quoted in the message
-# What may be passed on to a client: RFC 9110 token names and field values (visible ASCII,
-# SP/HTAB only inside), short. Anything else would make aiohttp refuse the whole answer.
-_TOKEN = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
-_FIELD_VALUE = re.compile(r"[\x21-\x7e](?:[\x20-\x7e\t]*[\x21-\x7e])?")
-_MAX_KEPT_VALUE = 256
-_MAX_KEPT_HEADERS = 16
 
 
 _TEXT, _ARGS = 1, 2  # the kinds of per-token chunk whose shapes are learnt
@@ -385,148 +367,6 @@ class ChatChunkDecoder:
         return False
 
 
-class EndCause(Enum):
-    """How a backend's body ended, as the I/O shell saw it."""
-
-    CLEAN = "clean"  # its framing ended (a read returned b"")
-    EOF = "eof"  # the connection closed before the body's end
-    RESET = "reset"  # the connection broke (reset, or any other socket error)
-    TIMEOUT = "timeout"  # nothing came for the idle timeout
-    INVALID = "invalid"  # the HTTP framing broke (`detail` says how)
-    UNDECODABLE = "undecodable"  # the content coding broke (`detail` says how)
-
-
-_CLOSED_EARLY = ("server_error", "The backend closed the stream before it finished.")
-
-
-class ChatDecoder:
-    """One Chat Completions stream's body bytes -> batches of deltas, and its end (sans-I/O).
-
-    `feed(data)` gives the deltas of the first few events `data` completes, so the first text
-    leaves before a long read is decoded whole; the rest waits (`pending`) for `take()`, up to
-    `MAX_BATCH` events each. `end(cause)` says what the end of the body means: nothing more
-    when the answer was whole (`[DONE]`, or a finish reason and no `[DONE]`), else an
-    `UpstreamError`. `ended`: no more deltas will come; `failed`: that was an error (the
-    connection must be cut); `done`: `[DONE]` came (the rest of the body is only drained).
-    """
-
-    runs = True  # runs of per-token chunks decoded together (False: one by one, the reference)
-
-    __slots__ = (
-        "_at",
-        "_backlog",
-        "_batch",
-        "_chat",
-        "_fed",
-        "_sse",
-        "broken",
-        "ended",
-        "failed",
-        "first_byte_timeout",
-        "idle_timeout",
-    )
-
-    def __init__(self, idle_timeout: float = 300, first_byte_timeout: float | None = None) -> None:
-        self._sse = SSEDecoder()
-        self._chat = ChatChunkDecoder(runs=self.runs)
-        self._backlog: list[bytes | SSEMessage] = []  # events not decoded yet, from `_at` on
-        self._at = 0
-        self._batch = FIRST_BATCH
-        self.ended = False
-        self.failed = False
-        self.broken = False  # ended without a whole answer: cut short, or its framing broke
-        self.idle_timeout = idle_timeout
-        self.first_byte_timeout = idle_timeout if first_byte_timeout is None else first_byte_timeout
-        self._fed = False  # a body byte came: from then on the idle timeout is the one
-
-    @property
-    def done(self) -> bool:
-        return self._chat.done
-
-    @property
-    def pending(self) -> bool:
-        """Events are waiting for `take()`."""
-        return self._at < len(self._backlog)
-
-    def feed(self, data: bytes) -> list[Delta]:
-        """The first batch of the deltas that `data` completes."""
-        if self.ended:
-            return []
-        self._fed = True
-        try:
-            messages = self._sse.payloads(data)
-        except SSEError as exc:
-            return self._fail(
-                [], INVALID_CHUNK, f"The backend broke the event-stream framing: {exc}."
-            )
-        if self.pending:  # not in the shell, which reads only once all is taken
-            self._backlog = self._backlog[self._at :] + messages
-        else:
-            self._backlog = messages
-        self._at = 0
-        return self.take()
-
-    def take(self) -> list[Delta]:
-        """The next batch of waiting events' deltas (none when nothing waits)."""
-        at, size = self._at, self._batch
-        if len(self._backlog) - at <= WHOLE_READ:
-            size = WHOLE_READ
-        messages = self._backlog[at : at + size]
-        self._at = at + size  # an index, not a shorter copy: a long backlog is taken in O(n)
-        self._batch = MAX_BATCH
-        return self._decoded(messages) if messages else []
-
-    def end(self, cause: EndCause, detail: str = "") -> list[Delta]:
-        """The body ended: the deltas still owed, ending in an `UpstreamError` if it was cut."""
-        if self.ended:
-            return []
-        out: list[Delta] = []
-        if self.pending:
-            out = self._decoded(self._backlog[self._at :])
-        if cause is EndCause.CLEAN and not self.ended:
-            try:  # an event left unterminated at the end still counts (see sse.close)
-                rest = self._sse.close()
-            except SSEError as exc:
-                message = f"The backend broke the event-stream framing: {exc}."
-                return self._fail(out, INVALID_CHUNK, message)
-            out += self._decoded(list(rest))
-        if self.ended:
-            return out
-        self.ended = True
-        if self._chat.finished:  # complete but for [DONE]: only the epilogue is lost
-            return out
-        return self._fail(out, *self._cut(cause, detail))
-
-    def _cut(self, cause: EndCause, detail: str) -> tuple[str, str]:
-        if cause is EndCause.TIMEOUT:
-            seconds = self.idle_timeout if self._fed else self.first_byte_timeout
-            return "upstream_timeout", f"The backend sent nothing for {seconds:g} s."
-        if cause is EndCause.UNDECODABLE:
-            return INVALID_ENCODING, f"The backend's answer broke off: {detail}."
-        if cause is EndCause.INVALID:
-            return "upstream_error", f"The backend sent an invalid HTTP answer: {detail}."
-        return _CLOSED_EARLY
-
-    def _decoded(self, messages: list[bytes | SSEMessage]) -> list[Delta]:
-        out = self._chat.decode(messages)
-        if out and out[-1].__class__ is UpstreamError:
-            self._drop()
-            self.ended = self.failed = True
-        elif self._chat.done:  # what follows [DONE] would decode to nothing
-            self._drop()
-            self.ended = True
-        return out
-
-    def _fail(self, out: list[Delta], code: str, message: str) -> list[Delta]:
-        self._drop()
-        self.ended = self.failed = self.broken = True
-        out.append(UpstreamError(code, message))
-        return out
-
-    def _drop(self) -> None:
-        self._backlog, self._at = [], 0
-
-
 def decode_completion(body: Any) -> list[Delta]:
     """A whole (non-streamed) `chat.completion` as the deltas its stream would have carried."""
     if not isinstance(body, dict):
@@ -559,92 +399,6 @@ def decode_completion(body: Any) -> list[Delta]:
     if tier and isinstance(tier, str):
         out.append(ServiceTier(tier))
     return out
-
-
-def decode_body(raw: bytes | bytearray) -> list[Delta]:
-    """A whole 2xx JSON body: a completion, or an event stream mislabelled as JSON."""
-    try:
-        return decode_completion(orjson.loads(raw))
-    except orjson.JSONDecodeError:
-        pass
-    if raw.lstrip().startswith(b"data:"):
-        decoder = ChatDecoder()
-        out = decoder.feed(bytes(raw))
-        while decoder.pending:
-            out += decoder.take()
-        out += decoder.end(EndCause.CLEAN)
-        if not decoder.broken:
-            return out
-    return [UpstreamError(INVALID_CHUNK, "The backend sent a malformed JSON body.")]
-
-
-def rate_limit_headers(headers: Mapping[str, str]) -> dict[str, str]:
-    """`Retry-After(-Ms)` and `x-ratelimit-*`, for the client: only well-formed ones, bounded
-    in length and number; an illegal one is dropped, never passed on to break the answer."""
-    kept: dict[str, str] = {}
-    for key, value in headers.items():
-        lower = key.lower()
-        if not (lower in _RATE_LIMIT_HEADERS or lower.startswith("x-ratelimit-")):
-            continue
-        legal = _TOKEN.fullmatch(lower) and _FIELD_VALUE.fullmatch(value)
-        if legal and len(value) <= _MAX_KEPT_VALUE and len(kept) < _MAX_KEPT_HEADERS:
-            kept[lower] = value
-    return kept
-
-
-def http_error(
-    status: int, raw: bytes, headers: Mapping[str, str], secrets: tuple[str, ...] = ()
-) -> RequestError:
-    """A backend's non-2xx answer as a `RequestError` that keeps its status and details.
-
-    Reads OpenAI's `{"error": {...}}`, Ollama's `{"error": "text"}`, vLLM's flat
-    `{"object": "error", "message": ...}` and FastAPI's `{"detail": "text"}`; any other
-    body becomes the message as text, `secrets` scrubbed before it is cut (a cut secret
-    could no longer be found). Well-formed rate-limit headers are kept on 429 and 503.
-    """
-    if status < 400:  # redirects are not followed: the upstream URL is wrong
-        return RequestError(
-            f"The backend answered HTTP {status} (a redirect); check the upstream URL.",
-            status=502,
-            type="server_error",
-            code="upstream_error",
-        )
-    kept = rate_limit_headers(headers) if status in (429, 503) else {}
-    details: dict[str, Any] = {}
-    try:
-        parsed = orjson.loads(raw) if raw else None
-    except orjson.JSONDecodeError:
-        parsed = None
-    if isinstance(parsed, dict):
-        err = parsed.get("error")
-        if isinstance(err, dict):
-            details = err
-        elif isinstance(err, str):
-            details = {"message": err}
-        elif parsed.get("object") == "error" or "message" in parsed:
-            details = parsed
-        elif isinstance(parsed.get("detail"), str):
-            details = {"message": parsed["detail"]}
-    message = details.get("message")
-    if not (isinstance(message, str) and message):
-        text = scrub(raw.decode("utf-8", "replace").strip(), secrets)[:_ERROR_TEXT]
-        message = f"The backend answered HTTP {status}" + (f": {text}" if text else ".")
-    type_ = _text(details.get("type")) or None
-    code = _text(details.get("code")) or None
-    param = details.get("param")
-    if is_context_overflow(type_, message) or is_context_overflow(code, message):
-        code = CONTEXT_OVERFLOW
-        status, type_ = (400, "invalid_request_error") if status >= 500 else (status, type_)
-    elif status >= 500 and is_rejection(message):  # sent again it fails again: a 4xx
-        status, type_ = 400, "invalid_request_error"
-    return RequestError(
-        message,
-        status=status,
-        type=type_ or ("server_error" if status >= 500 else "invalid_request_error"),
-        code=code,
-        param=param if isinstance(param, str) and param else None,
-        headers=kept,
-    )
 
 
 def payload_error(obj: dict[str, Any]) -> UpstreamError | None:

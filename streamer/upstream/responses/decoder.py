@@ -39,13 +39,9 @@ from streamer.core.deltas import (
 )
 from streamer.core.response import new_id
 from streamer.core.sse import SSEMessage
-from streamer.upstream.chat.decoder import (
-    FIRST_BATCH,
-    INVALID_CHUNK,
-    ChatDecoder,
-    payload_error,
-)
+from streamer.upstream.chat.decoder import INVALID_CHUNK, payload_error
 from streamer.upstream.chat.error_shapes import CONTEXT_OVERFLOW, is_context_overflow
+from streamer.upstream.chat.stream import FIRST_BATCH, ChatDecoder
 from streamer.upstream.responses.event_shapes import NO_SHAPE, fit, learn
 from streamer.upstream.responses.framing import EventFraming, event_data, event_messages
 
