@@ -9,6 +9,7 @@ decoder is the same machine over another payload decoder.
 from __future__ import annotations
 
 from enum import Enum
+from typing import Protocol
 
 import orjson
 
@@ -21,6 +22,17 @@ FIRST_BATCH, MAX_BATCH = 4, 256  # events decoded per batch: the first few, then
 # A read holding no more events than this is decoded whole: a short answer then leaves in
 # one batch, one write (a first batch of 4 would only add a write and a pass of the loop).
 WHOLE_READ = 16
+
+
+class PayloadDecoder(Protocol):
+    """What `ChatDecoder` hands the framed payloads to: `ChatChunkDecoder`, or the
+    `/v1/responses` events' decoder. `done`: the stream's end marker came; `finished`: the
+    answer is whole (a finish reason, or a terminal event)."""
+
+    done: bool
+    finished: bool
+
+    def decode(self, messages: list[bytes | SSEMessage]) -> list[Delta]: ...
 
 
 class EndCause(Enum):
@@ -65,8 +77,8 @@ class ChatDecoder:
     )
 
     def __init__(self, idle_timeout: float = 300, first_byte_timeout: float | None = None) -> None:
-        self._sse = SSEDecoder()
-        self._chat = ChatChunkDecoder(runs=self.runs)
+        self._sse = self._framing()
+        self._chat = self._payloads()
         self._backlog: list[bytes | SSEMessage] = []  # events not decoded yet, from `_at` on
         self._at = 0
         self._batch = FIRST_BATCH
@@ -76,6 +88,14 @@ class ChatDecoder:
         self.idle_timeout = idle_timeout
         self.first_byte_timeout = idle_timeout if first_byte_timeout is None else first_byte_timeout
         self._fed = False  # a body byte came: from then on the idle timeout is the one
+
+    def _framing(self) -> SSEDecoder:
+        """The body's SSE framing (a subclass gives its own)."""
+        return SSEDecoder()
+
+    def _payloads(self) -> PayloadDecoder:
+        """The framed payloads' decoder (a subclass gives its own)."""
+        return ChatChunkDecoder(runs=self.runs)
 
     @property
     def done(self) -> bool:

@@ -328,10 +328,11 @@ class ResponsesDecoder(ChatDecoder):
 
     __slots__ = ()
 
-    def __init__(self, idle_timeout: float = 300, first_byte_timeout: float | None = None) -> None:
-        super().__init__(idle_timeout, first_byte_timeout)
-        self._sse = EventFraming()
-        self._chat = ResponsesEventDecoder()  # type: ignore[assignment]
+    def _framing(self) -> EventFraming:
+        return EventFraming()
+
+    def _payloads(self) -> ResponsesEventDecoder:
+        return ResponsesEventDecoder()
 
     def take(self) -> list[Delta]:
         """As `ChatDecoder.take`, but the batches stay small until one has a delta: a
