@@ -88,5 +88,5 @@ def open_recording(tap: TapDirectory, turn: Turn) -> ExchangeRecorder:
     """The turn's recording, with the client's request and the backend's as its first lines."""
     recorder = tap.open(turn.response["id"])
     recorder.client_request(turn.request)
-    recorder.backend_request(turn.chat_request)
+    recorder.backend_request(turn.backend_request)
     return recorder

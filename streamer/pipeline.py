@@ -63,7 +63,7 @@ class Upstream(Protocol):
 
     async def open(
         self,
-        chat_request: dict[str, Any],
+        backend_request: dict[str, Any],
         *,
         headers: dict[str, str] | None = None,
         on_raw: Callable[[bytes], None] | None = None,
@@ -116,7 +116,7 @@ class Turn:
     request: dict[str, Any]
     items: list[dict[str, Any]]  # the effective input: history, then the new items
     names: ResponsesToolNames
-    chat_request: dict[str, Any]
+    backend_request: dict[str, Any]
     streamer: OutputItemStreamer
     headers: dict[str, str] = field(default_factory=dict)
     client: str = ""  # who asked (streamer.identity): pools and stored responses are per client
@@ -159,14 +159,14 @@ def prepare(
     names = ResponsesToolNames.convert(request.get("tools"), view, config=options.naming)
     compactor = None
     if is_compaction(new_items):
-        chat_request = options.api.compaction(request, view, names, options.lowering)
+        backend_request = options.api.compaction(request, view, names, options.lowering)
         compactor = Compactor(options.sealer, last_user_request(items), options.max_output_bytes)
     else:
-        chat_request = options.api.lower(request, view, names, options.lowering)
+        backend_request = options.api.lower(request, view, names, options.lowering)
     response = new_response(request, response_id=response_id)
-    echo_applied(response, chat_request)
+    echo_applied(response, backend_request)
     limits = OutputLimits(options.max_output_bytes, options.max_output_items)
-    prompt = {k: chat_request[k] for k in options.api.prompt_keys if k in chat_request}
+    prompt = {k: backend_request[k] for k in options.api.prompt_keys if k in backend_request}
     streamer = OutputItemStreamer(
         names,
         response,
@@ -178,7 +178,7 @@ def prepare(
         request,
         items,
         names,
-        chat_request,
+        backend_request,
         streamer,
         max_seconds=options.max_turn_seconds,
         compactor=compactor,
@@ -262,7 +262,7 @@ async def _open(
         retry = _truncated(turn, exc)
         if retry is None:
             raise
-    turn.chat_request = retry
+    turn.backend_request = retry
     if on_request is not None:
         on_request(retry)
     return await _open_once(turn, upstream, clock, on_raw)
@@ -294,10 +294,10 @@ async def _open_once(
     clock.waiting = True
     try:
         if on_raw is None:  # the client picks the backend connections: only its own use them
-            stream = await upstream.open(turn.chat_request, headers=headers, client=turn.client)
+            stream = await upstream.open(turn.backend_request, headers=headers, client=turn.client)
         else:  # record the backend's bytes as they come (`--tap-dir`)
             stream = await upstream.open(
-                turn.chat_request, headers=headers, on_raw=on_raw, client=turn.client
+                turn.backend_request, headers=headers, on_raw=on_raw, client=turn.client
             )
     except BaseException as exc:
         if clock.timed_out(exc):

@@ -211,7 +211,7 @@ class RedactingUpstream:
 
     async def open(
         self,
-        chat_request: dict[str, Any],
+        backend_request: dict[str, Any],
         *,
         headers: dict[str, str] | None = None,
         on_raw: Callable[[bytes], None] | None = None,
@@ -227,7 +227,7 @@ class RedactingUpstream:
         if on_raw is not None:
             kwargs["on_raw"] = on_raw
         try:
-            stream = await self.inner.open(chat_request, **kwargs)
+            stream = await self.inner.open(backend_request, **kwargs)
         except RequestError as exc:
             if recording is not None:
                 recording.flush()

@@ -48,7 +48,7 @@ class RecordingSink:
 
 
 class RefusingUpstream:
-    async def open(self, chat_request: dict[str, Any], **_: Any) -> Any:
+    async def open(self, backend_request: dict[str, Any], **_: Any) -> Any:
         raise RequestError("The backend said no.", status=429, code="rate_limit_exceeded")
 
 

@@ -40,7 +40,7 @@ class ListUpstream:
     def __init__(self, stream: ListStream) -> None:
         self.stream = stream
 
-    async def open(self, chat_request: dict[str, Any], **_: Any) -> ListStream:
+    async def open(self, backend_request: dict[str, Any], **_: Any) -> ListStream:
         return self.stream
 
 

@@ -223,7 +223,7 @@ class StalledUpstream:
     def __init__(self, stream: StalledStream) -> None:
         self.stream = stream
 
-    async def open(self, chat_request: dict[str, Any], **_: Any) -> StalledStream:
+    async def open(self, backend_request: dict[str, Any], **_: Any) -> StalledStream:
         return self.stream
 
 

@@ -78,14 +78,14 @@ class Needs:
         return lacks + (["reasoning"] if self.reasoning and not reasoning else [])
 
 
-def needs(request: Mapping[str, Any], chat_request: Mapping[str, Any]) -> Needs:
+def needs(request: Mapping[str, Any], backend_request: Mapping[str, Any]) -> Needs:
     """Tools (any sent to the backend), images (an image part in a message), reasoning (an
     effort other than none asked)."""
     reasoning = request.get("reasoning")
     effort = reasoning.get("effort") if isinstance(reasoning, dict) else None
     return Needs(
-        tools=bool(chat_request.get("tools")),
-        images=any(_has_image(m) for m in chat_request.get("messages") or ()),
+        tools=bool(backend_request.get("tools")),
+        images=any(_has_image(m) for m in backend_request.get("messages") or ()),
         reasoning=effort not in (None, "none"),
     )
 

@@ -48,7 +48,7 @@ async def count_input_tokens(request: web.Request) -> web.Response:
     authorization = request.headers.get("Authorization")
     client = gateway.client(request.get(CLIENT), request.headers)
     turn = await gateway.prepare(body, client=client, authorization=authorization)
-    chat = dict(turn.chat_request)
+    chat = dict(turn.backend_request)
     if not given_model and gateway.settings.model is None:
         chat.pop("model", None)  # the backend's own default model counts it
     api = TOKENIZERS.get(backend_profile(gateway.settings).tokenizer or "")

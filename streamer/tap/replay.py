@@ -100,7 +100,7 @@ class _RecordedUpstream:
         self.chunks = chunks
         self.client = client  # whose stream and whole-JSON decoding read the bytes
 
-    async def open(self, chat_request: dict[str, Any], **_: Any) -> Any:
+    async def open(self, backend_request: dict[str, Any], **_: Any) -> Any:
         body = b"".join(self.chunks)
         stream = self.client.stream
         if body.lstrip()[:1] in (b"{", b"["):  # a whole JSON answer, recorded as one read

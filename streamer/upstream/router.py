@@ -277,30 +277,30 @@ class TurnRoute:
     def __init__(self, router: Router, plan: Plan, turn: Turn) -> None:
         self.router, self.plan, self.turn = router, plan, turn
 
-    async def open(self, chat_request: dict[str, Any], **kwargs: Any) -> UpstreamStream:
+    async def open(self, backend_request: dict[str, Any], **kwargs: Any) -> UpstreamStream:
         route = self.plan.route
         if not await route.limit.acquire(self.router.queue_seconds):
             log.warning("turn %s: %s at its concurrency limit: 429", self._id, route.spec.label)
             raise _busy(route.spec, self.router.queue_seconds)
         try:
-            return await self._try(route, chat_request, kwargs)
+            return await self._try(route, backend_request, kwargs)
         except BaseException:
             route.limit.release()
             raise
 
     async def _try(
-        self, first: ModelRoute, chat_request: dict[str, Any], kwargs: Any
+        self, first: ModelRoute, backend_request: dict[str, Any], kwargs: Any
     ) -> UpstreamStream:
         """The first model's replicas, then each fallback that has what the turn needs."""
         last: RequestError | None = None
-        for route in self._candidates(first, chat_request):
+        for route in self._candidates(first, backend_request):
             fallback = route is not first
             if fallback and not route.limit.try_acquire():
                 log.warning(
                     "turn %s: fallback %s skipped: at its limit", self._id, route.spec.label
                 )
                 continue
-            request = self._relowered(route, chat_request) if fallback else chat_request
+            request = self._relowered(route, backend_request) if fallback else backend_request
             try:
                 stream, replica = await self._replicas(route, request, kwargs)
             except RequestError as exc:
@@ -322,10 +322,12 @@ class TurnRoute:
     def _id(self) -> str:
         return str(self.turn.response.get("id"))
 
-    def _candidates(self, first: ModelRoute, chat_request: dict[str, Any]) -> Iterator[ModelRoute]:
+    def _candidates(
+        self, first: ModelRoute, backend_request: dict[str, Any]
+    ) -> Iterator[ModelRoute]:
         """The first model, then (once it failed) each fallback with what the turn needs."""
         yield first
-        needs = routing.needs(self.turn.request, chat_request)
+        needs = routing.needs(self.turn.request, backend_request)
         table = self.plan.table
         for name in first.spec.fallbacks:
             route = table.routes[table.config.named(name).label]
@@ -343,11 +345,11 @@ class TurnRoute:
                 continue
             yield route
 
-    def _relowered(self, route: ModelRoute, chat_request: dict[str, Any]) -> dict[str, Any]:
+    def _relowered(self, route: ModelRoute, backend_request: dict[str, Any]) -> dict[str, Any]:
         """The request for a fallback model: lowered with its profile and model name."""
         lowering, turn = route.options.lowering, self.turn
         if turn.compactor is not None:
-            return {**chat_request, "model": lowering.model or chat_request.get("model")}
+            return {**backend_request, "model": lowering.model or backend_request.get("model")}
         return lower(turn.request, turn.view or turn.items, turn.names, lowering)
 
     async def _replicas(

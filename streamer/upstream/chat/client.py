@@ -174,7 +174,7 @@ class ChatUpstream:
 
     async def open(
         self,
-        chat_request: dict[str, Any],
+        backend_request: dict[str, Any],
         *,
         headers: dict[str, str] | None = None,
         on_raw: Callable[[bytes], None] | None = None,
@@ -188,11 +188,11 @@ class ChatUpstream:
         without them, before anything reaches the caller; they stay out from then on.
         """
         try:
-            return await self._open(self._streaming(chat_request), headers, on_raw, client)
+            return await self._open(self._streaming(backend_request), headers, on_raw, client)
         except _Rejected as rejected:
             self._remember(rejected)
         try:  # once: what a second 400 names is remembered, and the 400 passes through
-            return await self._open(self._streaming(chat_request), headers, on_raw, client)
+            return await self._open(self._streaming(backend_request), headers, on_raw, client)
         except _Rejected as rejected:
             self._remember(rejected)
             raise rejected.error from None
@@ -254,10 +254,10 @@ class ChatUpstream:
             resp.release()  # kept if the whole body is in, else cut
             raise
 
-    def _streaming(self, chat_request: dict[str, Any]) -> dict[str, Any]:
+    def _streaming(self, backend_request: dict[str, Any]) -> dict[str, Any]:
         """The request as sent: always streamed, with usage asked for unless the profile
         drops `stream_options` (a backend that rejects it)."""
-        body = dict(chat_request)
+        body = dict(backend_request)
         body["stream"] = True
         options = body.get("stream_options")
         if self.stream_usage:

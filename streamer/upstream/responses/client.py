@@ -32,9 +32,9 @@ class ResponsesUpstream(ChatUpstream):
     def __repr__(self) -> str:
         return f"ResponsesUpstream({self._where()!r})"
 
-    def _streaming(self, chat_request: dict[str, Any]) -> dict[str, Any]:
+    def _streaming(self, backend_request: dict[str, Any]) -> dict[str, Any]:
         """The request as sent: streamed, stored nowhere but in the gateway."""
-        body = dict(chat_request)
+        body = dict(backend_request)
         body["stream"] = True
         body["store"] = False
         body.pop("stream_options", None)
