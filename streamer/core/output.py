@@ -143,7 +143,8 @@ class OutputItemStreamer:
         # the backend's summary part the reasoning text goes to (None: the raw reasoning,
         # `reasoning_text` content); only a Responses backend names one (`ReasoningPart`)
         self._summary: int | None = None
-        self._passed = PassedItems()  # a backend's items passed whole, and their events
+        # a backend's items passed whole, and their events (made when the first comes)
+        self._passing: PassedItems | None = None
         # the handlers are the class's (HANDLERS): a table of bound methods here would make
         # every turn a reference cycle, freed only by the collector, turns after it ended
         self._handlers = HANDLERS
@@ -423,7 +424,7 @@ class OutputItemStreamer:
             return
         self._close_open("completed")
         item = self._open_item_as(self._own_id(delta.item))
-        for event in self._passed.opened(delta.key, item.id, item.output_index):
+        for event in self._passed().opened(delta.key, item.id, item.output_index):
             self._event(event)
 
     def _on_whole_item(self, delta: WholeItem) -> None:
@@ -433,7 +434,7 @@ class OutputItemStreamer:
             self._deferred.append(delta)
             return
         opened = self._open
-        where = self._passed.where(delta.key) if delta.key is not None else None
+        where = self._passed().where(delta.key) if delta.key is not None else None
         if opened is None or where is None or where != (opened.id, opened.output_index):
             if not self._new_item():
                 return
@@ -441,7 +442,7 @@ class OutputItemStreamer:
             opened = self._open_item_as(
                 self._own_id(delta.item) if delta.key is not None else delta.item
             )
-            for event in self._passed.opened(delta.key, opened.id, opened.output_index):
+            for event in self._passed().opened(delta.key, opened.id, opened.output_index):
                 self._event(event)
         item = {**delta.item, "id": opened.id}
         self._open = None
@@ -455,6 +456,12 @@ class OutputItemStreamer:
         raw = item.get("id")
         prefix = raw.partition("_")[0][:8] if isinstance(raw, str) and "_" in raw else ""
         return {**item, "id": self._make_id(prefix or "item")}
+
+    def _passed(self) -> PassedItems:
+        passing = self._passing
+        if passing is None:
+            passing = self._passing = PassedItems()
+        return passing
 
     def _open_item_as(self, body: dict[str, Any]) -> Item:
         """`output_item.added` for an item given whole (its id the gateway's own)."""
@@ -474,13 +481,13 @@ class OutputItemStreamer:
             where = self._streaming()
             if where is None:
                 if self._charge(len(_dumps(delta.event))):
-                    self._passed.hold(delta.event, key)
+                    self._passed().hold(delta.event, key)
             else:
                 self._event(named(delta.event, *where))
         elif self._calls:
             self._deferred.append(delta)
         elif self._charge(len(_dumps(delta.event))):
-            event = self._passed.event(delta.event, key)
+            event = self._passed().event(delta.event, key)
             if event is not None:
                 self._event(event)
 
@@ -499,7 +506,7 @@ class OutputItemStreamer:
     def _orphans(self, status: str) -> None:
         """Events held for items that never came: each item opened for them at the end
         (its type from the events' own), so that they are never dropped."""
-        for _key, events in self._passed.orphans():
+        for _key, events in self._passed().orphans():
             body = {"id": self._make_id("item"), "type": item_type_of(events[0]["type"])}
             item = self._open_item_as(body)
             for event in events:
@@ -758,7 +765,8 @@ class OutputItemStreamer:
             for delta in deferred:
                 self._handlers[type(delta)](self, delta)
             self._close_open(status)
-        self._orphans(status)
+        if self._passing is not None:
+            self._orphans(status)
 
     @staticmethod
     def _call_status(call: Call, status: str) -> str:
