@@ -74,11 +74,12 @@ _CODE_TYPES = {
 def failure(code: str, message: str, type: str | None = None) -> dict[str, Any]:
     """A failed Response's `error`: `{code, message, type}`.
 
-    `code` stays when clients know it (FAILURE_CODES); any other becomes `server_error`,
-    keeping the original as the `type`. `type` is always there (the Vercel AI SDK rejects a
-    Response whose error has none): the backend's own when it gave one, else the code's."""
+    `code` stays when clients know it (FAILURE_CODES), with the backend's own `type` if it
+    gave one, else the code's; any other code becomes `server_error`, the original kept as
+    the `type` (what operators count failures by; a generic backend type would hide it).
+    `type` is always there: the Vercel AI SDK rejects a Response whose error has none."""
     if code not in FAILURE_CODES:
-        return {"code": "server_error", "message": message, "type": type or code}
+        return {"code": "server_error", "message": message, "type": code}
     return {
         "code": code,
         "message": message,
