@@ -15,7 +15,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-APIS = ("chat", "responses")
 TOOL_NAME_STYLES = ("codex", "double-underscore", "llamacpp", "dotted")
 MODALITIES = ("text", "image")
 TOP_KEYS = ("default_model", "models")
@@ -73,12 +72,18 @@ class ModelsConfig:
         return spec
 
 
-def single(upstream: str, *, api_key: str | None, model: str | None) -> ModelsConfig:
-    """The single-backend flags as a config: one catch-all model on one upstream."""
-    return ModelsConfig((ModelSpec(None, (upstream,), api_key=api_key, backend_model=model),))
+def single(
+    upstream: str, *, api_key: str | None, model: str | None, api: str = "chat"
+) -> ModelsConfig:
+    """The single-backend flags as a config: one catch-all model on one upstream, of the
+    kind `api` (`--upstream-api`)."""
+    spec = ModelSpec(None, (upstream,), api=api, api_key=api_key, backend_model=model)
+    return ModelsConfig((spec,))
 
 
-def load(path: str, env: Mapping[str, str], profiles: tuple[str, ...]) -> ModelsConfig:
+def load(
+    path: str, env: Mapping[str, str], profiles: tuple[str, ...], apis: tuple[str, ...]
+) -> ModelsConfig:
     """Read and check the file at `path` (a `ConfigError` if it cannot be served)."""
     try:
         with open(path, "rb") as f:
@@ -89,12 +94,18 @@ def load(path: str, env: Mapping[str, str], profiles: tuple[str, ...]) -> Models
         text = raw.decode()
     except UnicodeDecodeError:
         raise ConfigError(f"{path}: not UTF-8 text") from None
-    return parse(text, path, env, profiles)
+    return parse(text, path, env, profiles, apis)
 
 
 def parse(
-    text: str, source: str, env: Mapping[str, str], profiles: tuple[str, ...]
+    text: str,
+    source: str,
+    env: Mapping[str, str],
+    profiles: tuple[str, ...],
+    apis: tuple[str, ...],
 ) -> ModelsConfig:
+    """Check `text` (the file at `source`); `profiles` and `apis` are the backend profiles
+    and kinds there are."""
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
@@ -104,7 +115,7 @@ def parse(
         raise ConfigError(
             f"{source}:{found[1]}: {str(exc)[: found.start()]} ({found[0][5:-1]})"
         ) from None
-    checker = _Checker(text, source, env, profiles)
+    checker = _Checker(text, source, env, profiles, apis)
     for key in data:
         if key not in TOP_KEYS:
             checker.fail(None, key, f"unknown key {key!r} (known: {', '.join(TOP_KEYS)})")
@@ -129,7 +140,7 @@ _KEYS: dict[str, str] = {
     "name": "a string",
     "aliases": "an array of strings",
     "upstreams": "an array of http:// or https:// URLs",
-    "api": "one of " + ", ".join(APIS),
+    "api": "one of {apis}",
     "backend_model": "a string",
     "profile": "a backend profile",
     "api_key_env": "the name of an environment variable",
@@ -147,12 +158,18 @@ class _Checker:
     """Checks values and says where they are in the text."""
 
     def __init__(
-        self, text: str, source: str, env: Mapping[str, str], profiles: tuple[str, ...]
+        self,
+        text: str,
+        source: str,
+        env: Mapping[str, str],
+        profiles: tuple[str, ...],
+        apis: tuple[str, ...],
     ) -> None:
         self.lines = text.splitlines()
         self.source = source
         self.env = env
         self.profiles = profiles
+        self.apis = apis
 
     def line_of(self, index: int | None, key: str) -> int | None:
         """The line of `key` in the `index`-th [[models]] block (None: the top level)."""
@@ -181,7 +198,7 @@ class _Checker:
         get = _Getter(self, index, entry)
         if "name" not in entry:
             self.fail(index, "name", "missing (every model needs a name)")
-        api = get.choice("api", APIS) or "chat"
+        api = get.choice("api", self.apis) or "chat"
         key_env = get.string("api_key_env")
         if key_env is not None and key_env not in self.env:
             self.fail(index, "api_key_env", f"the environment variable {key_env} is not set")
@@ -238,7 +255,8 @@ class _Getter:
             if not isinstance(value, dict | list) or len(repr(value)) < 80
             else ""
         )
-        self.checker.fail(self.index, key, f"expected {_KEYS[key]}{detail}{got}")
+        what = _KEYS[key].format(apis=", ".join(self.checker.apis))
+        self.checker.fail(self.index, key, f"expected {what}{detail}{got}")
 
     def string(self, key: str) -> str | None:
         value = self.entry.get(key)

@@ -25,6 +25,7 @@ from typing import Any, Literal
 
 import orjson
 
+from streamer.core.backend_tools import FLAT, BackendTools
 from streamer.core.client_tools import BY_CALL_TYPE, BY_OUTPUT_TYPE
 from streamer.core.errors import invalid
 from streamer.core.input_items import (
@@ -88,6 +89,9 @@ class LoweringOptions:
     """Optional Chat parameters the backend takes (`request_fields.OPTIONAL_PARAMS`)."""
     profile: str = ""
     """The backend profile's name, for messages."""
+    tools: BackendTools = FLAT
+    """The tool forms the backend takes as they are (its kind's row for the profile); the
+    Chat lowering flattens every tool to a function whatever it says."""
 
 
 def lower(

@@ -27,7 +27,8 @@ from streamer.core import routing
 from streamer.core.errors import RequestError
 from streamer.core.lowering import lower
 from streamer.models_config import ModelsConfig, ModelSpec
-from streamer.pipeline import Turn, TurnOptions, UpstreamStream
+from streamer.options import ModelOptions
+from streamer.pipeline import Turn, UpstreamStream
 
 log = logging.getLogger("streamer.routing")
 
@@ -95,7 +96,7 @@ class Limit:
 class ModelRoute:
     spec: ModelSpec
     replicas: list[Replica]
-    options: TurnOptions
+    options: ModelOptions
     limit: Limit
     turns: int = 0
 
@@ -152,8 +153,8 @@ class Router:
     def __init__(
         self,
         config: ModelsConfig,
-        build: Callable[[ModelSpec, str], Any],
-        options: Callable[[ModelSpec], TurnOptions],
+        build: Callable[[ModelSpec, str, ModelOptions], Any],
+        options: Callable[[ModelSpec], ModelOptions],
         *,
         queue_seconds: float,
         health_interval: float,
@@ -173,14 +174,16 @@ class Router:
     ) -> RouteTable:
         routes = []
         for spec in config.models:
+            options = self.options(spec)
             replicas = []
             for url in spec.upstreams:
                 replica = known.get(_identity(spec, url))
                 if replica is None:
-                    replica = known[_identity(spec, url)] = Replica(url, self.build(spec, url))
+                    backend = self.build(spec, url, options)
+                    replica = known[_identity(spec, url)] = Replica(url, backend)
                 replicas.append(replica)
             limit = Limit(spec.max_concurrency)
-            routes.append(ModelRoute(spec, replicas, self.options(spec), limit))
+            routes.append(ModelRoute(spec, replicas, options, limit))
         return RouteTable(config, routes)
 
     def _known(self) -> dict[tuple[str | None, ...], Replica]:
@@ -241,7 +244,7 @@ class Router:
 
 def _identity(spec: ModelSpec, url: str) -> tuple[str | None, ...]:
     """What makes two replicas one client: kept across a reload (health, pools) when equal."""
-    return (url, spec.api_key, spec.profile)
+    return (url, spec.api_key, spec.profile, spec.api)
 
 
 def _now() -> float:
@@ -347,7 +350,7 @@ class TurnRoute:
 
     def _relowered(self, route: ModelRoute, backend_request: dict[str, Any]) -> dict[str, Any]:
         """The request for a fallback model: lowered with its profile and model name."""
-        lowering, turn = route.options.lowering, self.turn
+        lowering, turn = route.options.turn.lowering, self.turn
         if turn.compactor is not None:
             return {**backend_request, "model": lowering.model or backend_request.get("model")}
         return lower(turn.request, turn.view or turn.items, turn.names, lowering)
