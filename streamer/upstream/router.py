@@ -25,7 +25,6 @@ from typing import Any
 
 from streamer.core import routing
 from streamer.core.errors import RequestError
-from streamer.core.lowering import lower
 from streamer.models_config import ModelsConfig, ModelSpec
 from streamer.options import ModelOptions
 from streamer.pipeline import Turn, UpstreamStream
@@ -303,8 +302,8 @@ class TurnRoute:
                     "turn %s: fallback %s skipped: at its limit", self._id, route.spec.label
                 )
                 continue
-            request = self._relowered(route, backend_request) if fallback else backend_request
             try:
+                request = self._relowered(route) if fallback else backend_request
                 stream, replica = await self._replicas(route, request, kwargs)
             except RequestError as exc:
                 if fallback:
@@ -348,12 +347,14 @@ class TurnRoute:
                 continue
             yield route
 
-    def _relowered(self, route: ModelRoute, backend_request: dict[str, Any]) -> dict[str, Any]:
-        """The request for a fallback model: lowered with its profile and model name."""
-        lowering, turn = route.options.turn.lowering, self.turn
-        if turn.compactor is not None:
-            return {**backend_request, "model": lowering.model or backend_request.get("model")}
-        return lower(turn.request, turn.view or turn.items, turn.names, lowering)
+    def _relowered(self, route: ModelRoute) -> dict[str, Any]:
+        """The request for a fallback model: lowered by its own kind (Chat Completions, a
+        Responses request, ...), with its profile and model name; a compaction turn by its
+        kind's compaction lowering."""
+        options, turn = route.options.turn, self.turn
+        kind = options.kind
+        lowered = kind.compaction if turn.compactor is not None else kind.lower
+        return lowered(turn.request, turn.view or turn.items, turn.names, options.lowering)
 
     async def _replicas(
         self, route: ModelRoute, request: dict[str, Any], kwargs: Any
