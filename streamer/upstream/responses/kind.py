@@ -11,7 +11,7 @@ from typing import Any
 
 from streamer.compaction import HANDOVER_PROMPT
 from streamer.core.lowering import LoweringOptions
-from streamer.core.responses_lowering import lower_responses
+from streamer.core.responses_lowering import CLIENT_TOOL_TYPES, lower_responses
 from streamer.core.tools import ResponsesToolNames
 from streamer.upstream.chat.profiles import BackendProfile
 from streamer.upstream.kind import BackendKind, Body
@@ -21,7 +21,6 @@ from streamer.upstream.responses.profiles import backend_tools
 log = logging.getLogger("streamer.upstream.responses")
 # A compaction turn asks for a summary in plain text: no tools, no format.
 _COMPACTION_DROPPED = ("tools", "tool_choice", "parallel_tool_calls", "text")
-_CLIENT_TOOLS = {"function", "custom", "namespace", "local_shell"}
 PATH = "/responses"
 
 
@@ -71,7 +70,7 @@ def _left_out(request: Mapping[str, Any], body: Mapping[str, Any]) -> list[str]:
     """The hosted tool types of `request` that the backend request does not carry."""
     asked = {t.get("type") for t in request.get("tools") or () if isinstance(t, Mapping)}
     sent = {t.get("type") for t in body.get("tools") or ()}
-    hosted = {t for t in asked if isinstance(t, str) and t not in _CLIENT_TOOLS}
+    hosted = {t for t in asked if isinstance(t, str) and t not in CLIENT_TOOL_TYPES}
     return sorted(hosted - sent - {"tool_search"})
 
 
