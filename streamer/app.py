@@ -408,11 +408,12 @@ def serve(settings: Settings, worker: Seat | None = None) -> None:
         new_loop = uvloop.new_event_loop
     except ImportError:  # pragma: no cover - uvloop is a dependency on Linux
         pass
+    from streamer.model_routes import serving_target
+
     logs.configure(settings.log_level)
-    served = settings.upstream or (settings.config and f"the models of {settings.config}")
     print(
         f"streamer: serving http://{settings.host}:{settings.port}/v1 "
-        f"-> {served or 'embedded scripted model'} (pid {os.getpid()})",
+        f"-> {serving_target(settings)} (pid {os.getpid()})",
         flush=True,
     )
     app = create_app(settings)

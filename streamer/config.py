@@ -1,8 +1,9 @@
 """Every `streamer serve` setting, declared once: a field of `Settings` (type, default, help).
 
 From it come the flag and its environment variable (`SETTINGS`: the CLI's parser,
-`settings_from`), the README's settings table (`settings_table`) and, for the settings that
-override a backend profile's field, the profile (streamer/options.py, `PROFILE_SETTINGS`).
+`settings_from`), the settings table in docs/settings.md (`settings_table`) and, for the
+settings that override a backend profile's field, the profile (streamer/options.py,
+`PROFILE_SETTINGS`).
 """
 
 from __future__ import annotations
@@ -330,7 +331,7 @@ class Settings:
 
 @dataclass(frozen=True, slots=True)
 class Setting:
-    """One setting as the command line, the environment and the README see it."""
+    """One setting as the command line, the environment and docs/settings.md see it."""
 
     flag: str
     dest: str
@@ -361,7 +362,7 @@ def _setting(f: Field[Any]) -> Setting:
 
 
 SETTINGS: tuple[Setting, ...] = tuple(_setting(f) for f in fields(Settings) if "help" in f.metadata)
-"""The settings in their order: the parser, `settings_from`, the README's table."""
+"""The settings in their order: the parser, `settings_from`, the table in docs/settings.md."""
 PROFILE_SETTINGS: dict[str, str] = {s.dest: s.profile for s in SETTINGS if s.profile is not None}
 """The settings that override a field of the backend profile: setting -> field."""
 
@@ -414,7 +415,7 @@ def settings_from(args: argparse.Namespace) -> Settings:
 
 
 def settings_table(rows: Sequence[Setting] = SETTINGS) -> str:
-    """The README's settings table (Markdown)."""
+    """The settings table of docs/settings.md (Markdown)."""
     lines = ["| flag | environment | default | meaning |", "|---|---|---|---|"]
     for s in rows:
         default = "" if s.default in (None, ()) else f"`{s.default}`"
