@@ -345,6 +345,11 @@ class Setting:
     def env(self) -> str:
         return "STREAMER_" + self.dest.upper()
 
+    @property
+    def boolean(self) -> bool:
+        """A switch: `--flag`, `--flag false`, 1/true/yes/on."""
+        return self.kind is _bool
+
 
 def _setting(f: Field[Any]) -> Setting:
     kind = f.type if isinstance(f.type, str) else f.type.__name__

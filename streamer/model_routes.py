@@ -13,7 +13,7 @@ from typing import Any
 
 from streamer.config import Settings
 from streamer.models_config import ConfigError, ModelsConfig, ModelSpec, load, single
-from streamer.options import ModelOptions, client_options, model_options
+from streamer.options import ModelOptions, client_options, model_knobs, model_options
 from streamer.pipeline import TurnOptions
 from streamer.upstream.body_budget import ByteBudget
 from streamer.upstream.chat.profiles import PROFILES
@@ -27,7 +27,7 @@ def load_config(settings: Settings, upstream: str | None = None) -> ModelsConfig
     """`--config`'s models (a `ConfigError` says what is wrong), else one model on
     `upstream` (default `--upstream`)."""
     if settings.config:
-        config = load(settings.config, os.environ, tuple(PROFILES), NAMES)
+        config = load(settings.config, os.environ, tuple(PROFILES), NAMES, knobs=model_knobs())
         return per_worker(config, settings.workers)
     url = upstream or settings.upstream
     assert url is not None

@@ -13,10 +13,12 @@ from __future__ import annotations
 
 import logging
 import ssl
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
+from functools import partial
 from typing import Any
 
-from streamer.config import PROFILE_SETTINGS, Settings
+from streamer.config import PROFILE_SETTINGS, SETTINGS, Setting, Settings
 from streamer.core.tools import NamingConfig
 from streamer.models_config import TOOL_NAME_STYLES, ModelSpec
 from streamer.pipeline import TurnOptions
@@ -83,6 +85,8 @@ def turn_options(settings: Settings) -> TurnOptions:
 def model_options(settings: Settings, spec: ModelSpec, base: TurnOptions) -> ModelOptions:
     """`spec`'s options: the gateway's `base` with the model's kind, profile, lowering,
     tool name style and backend model (the flags' model: `--upstream-api`, `--model`)."""
+    if spec.settings:  # what the model sets for itself, as if the gateway's flags said it
+        settings = replace(settings, **dict(spec.settings))
     kind = kind_named(spec.api)
     profile = backend_profile(settings, spec.profile)
     lowering = lowering_options(
@@ -90,6 +94,22 @@ def model_options(settings: Settings, spec: ModelSpec, base: TurnOptions) -> Mod
     )
     naming = replace(base.naming, style=spec.tool_name_style or base.naming.style)  # type: ignore[arg-type]
     return ModelOptions(replace(base, naming=naming, lowering=lowering, kind=kind), profile)
+
+
+def model_knobs() -> dict[str, Callable[[Any], Any]]:
+    """The settings a `--config` model may set for itself, by their names: its profile's
+    (`system_messages`, `reasoning_efforts`, `drop_params`, …), each checked as its flag is."""
+    return {s.dest: partial(_knob, s) for s in SETTINGS if s.profile is not None}
+
+
+def _knob(setting: Setting, value: Any) -> Any:
+    if setting.boolean and not isinstance(value, bool):
+        raise ValueError("expected a boolean")
+    if not setting.boolean and not isinstance(value, str):
+        raise ValueError("expected a string")
+    assert setting.profile is not None
+    resolve("generic", **{setting.profile: value})  # the profile's own check (a ValueError)
+    return value
 
 
 def client_options(settings: Settings) -> dict[str, Any]:

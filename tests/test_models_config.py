@@ -171,6 +171,32 @@ def test_every_config_error_names_the_file_the_line_and_what_is_wrong(
     assert str(caught.value).startswith(message), str(caught.value)
 
 
+def test_a_model_sets_its_profile_settings_by_their_names_checked_as_the_flags() -> None:
+    from streamer.options import model_knobs
+
+    text = _model(
+        'reasoning_efforts = "low,high"\ndrop_params = "stream_options"\nfile_parts = false\n'
+    )
+    (spec,) = parse(text, "f.toml", ENV, PROFILE_NAMES, KIND_NAMES, knobs=model_knobs()).models
+    assert dict(spec.settings) == {
+        "reasoning_efforts": "low,high",
+        "drop_params": "stream_options",
+        "file_parts": False,
+    }
+    for line, message in (
+        ('system_messages = "first"\n', "--system-messages must be merge, keep or user"),
+        ('backend_accepts = "seed"\n', "--backend-accepts: unknown parameter(s) seed"),
+        ('file_parts = "no"\n', "expected a boolean; got 'no'"),
+        ("reasoning_efforts = 3\n", "expected a string; got 3"),
+    ):
+        key = line.split(" ", 1)[0]
+        with pytest.raises(ConfigError) as caught:
+            parse(_model(line), "f.toml", ENV, PROFILE_NAMES, KIND_NAMES, knobs=model_knobs())
+        assert str(caught.value).startswith(f"f.toml:4: models[0].{key}: {message}")
+    with pytest.raises(ConfigError, match="unknown key 'port'"):  # not a model's to set
+        parse(_model("port = 1\n"), "f.toml", ENV, PROFILE_NAMES, KIND_NAMES, knobs=model_knobs())
+
+
 def test_a_missing_or_unreadable_file_says_so(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match=r"nowhere\.toml: No such file or directory"):
         load(str(tmp_path / "nowhere.toml"), ENV, PROFILE_NAMES, KIND_NAMES)
@@ -206,7 +232,9 @@ def test_the_readme_example_parses() -> None:
     readme = (Path(__file__).parent.parent / "README.md").read_text()
     section = readme.split("## Several models", 1)[1]
     text = section.split("```toml\n", 1)[1].split("```", 1)[0]
-    config = parse(text, "README.md", ENV, PROFILE_NAMES, KIND_NAMES)
+    from streamer.options import model_knobs
+
+    config = parse(text, "README.md", ENV, PROFILE_NAMES, KIND_NAMES, knobs=model_knobs())
     assert [m.name for m in config.models] == ["local", "api"]
 
 

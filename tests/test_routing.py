@@ -700,3 +700,32 @@ async def test_a_responses_model_falls_back_to_a_chat_model_with_a_chat_body(
         assert compaction["messages"][-1] == {"role": "user", "content": HANDOVER_PROMPT}
     finally:
         await gw.stop()
+
+
+OWN_SETTINGS = """
+[[models]]
+name = "local"
+upstreams = ["{u0}"]
+max_tokens_field = "max_tokens"    # over the gateway's --max-tokens-field
+drop_params = "user,stream_options"
+
+[[models]]
+name = "api"
+upstreams = ["{u2}"]
+"""
+
+
+async def test_a_model_sets_its_own_profile_settings_over_the_gateways(tmp_path: Path) -> None:
+    """A `[[models]]` entry sets a profile setting by its name; the others keep the flag's."""
+    gw = await Routed(tmp_path, max_tokens_field="max_completion_tokens").start(OWN_SETTINGS)
+    try:
+        client = gw.sdk()
+        for model in ("local", "api"):
+            await client.responses.create(model=model, input=model, max_output_tokens=9)
+        (local,), (api,) = gw.backends[0].requests, gw.backends[2].requests
+        assert local["max_tokens"] == 9 and "max_completion_tokens" not in local
+        assert "stream_options" not in local  # the model's drop: no usage asked for
+        assert api["max_completion_tokens"] == 9 and "max_tokens" not in api
+        assert api["stream_options"] == {"include_usage": True}
+    finally:
+        await gw.stop()

@@ -19,7 +19,7 @@ import contextlib
 import logging
 import math
 from collections import deque
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable, Hashable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -168,9 +168,7 @@ class Router:
         self.table = self._table(config, {})
         self._health: asyncio.Task[None] | None = None
 
-    def _table(
-        self, config: ModelsConfig, known: dict[tuple[str | None, ...], Replica]
-    ) -> RouteTable:
+    def _table(self, config: ModelsConfig, known: dict[Hashable, Replica]) -> RouteTable:
         routes = []
         for spec in config.models:
             options = self.options(spec)
@@ -185,7 +183,7 @@ class Router:
             routes.append(ModelRoute(spec, replicas, options, limit))
         return RouteTable(config, routes)
 
-    def _known(self) -> dict[tuple[str | None, ...], Replica]:
+    def _known(self) -> dict[Hashable, Replica]:
         return {
             _identity(route.spec, r.state.url): r
             for route in self.table.order
@@ -241,9 +239,9 @@ class Router:
             await replica.backend.close()
 
 
-def _identity(spec: ModelSpec, url: str) -> tuple[str | None, ...]:
+def _identity(spec: ModelSpec, url: str) -> Hashable:
     """What makes two replicas one client: kept across a reload (health, pools) when equal."""
-    return (url, spec.api_key, spec.profile, spec.api)
+    return (url, spec.api_key, spec.profile, spec.api, spec.settings)
 
 
 def _now() -> float:
