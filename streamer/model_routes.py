@@ -17,7 +17,7 @@ from streamer.options import ModelOptions, client_options, model_knobs, model_op
 from streamer.pipeline import TurnOptions
 from streamer.upstream.body_budget import ByteBudget
 from streamer.upstream.chat.profiles import PROFILES
-from streamer.upstream.kinds import NAMES
+from streamer.upstream.kinds import KINDS
 from streamer.upstream.router import Router
 
 log = logging.getLogger("streamer.routing")
@@ -27,7 +27,8 @@ def load_config(settings: Settings, upstream: str | None = None) -> ModelsConfig
     """`--config`'s models (a `ConfigError` says what is wrong), else one model on
     `upstream` (default `--upstream`)."""
     if settings.config:
-        config = load(settings.config, os.environ, tuple(PROFILES), NAMES, knobs=model_knobs())
+        kinds = tuple(KINDS)
+        config = load(settings.config, os.environ, tuple(PROFILES), kinds, knobs=model_knobs())
         return per_worker(config, settings.workers)
     url = upstream or settings.upstream
     assert url is not None

@@ -13,7 +13,7 @@ from streamer.upstream.kind import BackendKind
 from streamer.upstream.responses.kind import RESPONSES
 
 KINDS: dict[str, BackendKind] = {kind.name: kind for kind in (CHAT, RESPONSES)}
-NAMES = tuple(KINDS)
+NAMES = tuple(KINDS)  # as the module was loaded (readers of the list read KINDS)
 
 
 def kind_named(name: str) -> BackendKind:
