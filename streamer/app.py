@@ -182,11 +182,12 @@ async def _start(app: web.Application) -> None:
     from streamer.frontends.background import Background
     from streamer.model_routes import build_router, load_config
     from streamer.options import turn_options
-    from streamer.store import open_store
     from streamer.store.observed import observe_store
+    from streamer.store_setup import open_gateway_store
     from streamer.upstream.registry import UpstreamRegistry
 
-    settings = app[SETTINGS]
+    # the store first: it may keep the state key the turn options seal with
+    store, settings, answered = await open_gateway_store(app[SETTINGS])
     base_url = settings.upstream
     if not base_url and not settings.config:
         from streamer.scripted_model import start_scripted_model
@@ -197,9 +198,6 @@ async def _start(app: web.Application) -> None:
     options = turn_options(settings)
     secrets = (settings.upstream_api_key, *settings.client_keys())
     router = build_router(settings, load_config(settings, base_url), options, secrets)
-    store = open_store(
-        settings.store, ttl_seconds=settings.store_ttl, timeout=settings.store_timeout
-    )
     background = Background(
         store,
         store_wait=settings.background_store_wait,
@@ -207,8 +205,10 @@ async def _start(app: web.Application) -> None:
     )
     upstreams = UpstreamRegistry(router)
     gateway = Gateway(settings, upstreams, store, background, options=options)
+    if not answered:
+        gateway.store_health.wrote(False)
     app[MODEL_CATALOG] = load_model_catalog(settings.model_metadata)
-    observe_store(store, gateway.metrics.store_operations)
+    observe_store(store, gateway.metrics.store_operations, gateway.metrics.store_incomplete)
     app[GATEWAY] = gateway
     router.start()
     if settings.config:
@@ -319,6 +319,11 @@ def check_settings(settings: Settings) -> None:
     from streamer.supervisor import check_workers
 
     check_workers(settings)
+    from streamer.options import store_options
+    from streamer.store import check_spec
+
+    check_spec(settings.store, settings.store_key_prefix)  # the URL, before any connection
+    store_options(settings)  # the TLS files
     from streamer.upstream.kinds import KINDS
 
     kind = KINDS.get(settings.upstream_api)

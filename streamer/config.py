@@ -254,8 +254,30 @@ class Settings:
         "Seconds to wait for the backend's first byte of an answer (it may read a long "
         "prompt first); 0: the idle timeout.",
     )
-    store: str = setting("memory", "Response store: memory, or redis://host:port/db.")
+    store: str = setting(
+        "memory",
+        "Response store: memory, sqlite:PATH (one process, kept across restarts), or a "
+        "Redis shared by every instance: redis://host:port/db, rediss://… (TLS), "
+        "redis+cluster://host:port[,host:port…], redis+sentinel://host:port[,…]/service[/db].",
+    )
     store_ttl: int = setting(3600, "Seconds a stored response is kept.")
+    store_max_bytes: int = setting(
+        256 * 1024 * 1024,
+        "Most bytes the memory or SQLite store holds (beyond: the oldest written are "
+        "dropped); Redis is bounded by its own maxmemory.",
+    )
+    store_key_prefix: str = setting(
+        "streamer:",
+        "Prefix of every Redis key the store writes (gateways with different prefixes "
+        "share one Redis apart; no { or }).",
+    )
+    store_tls_ca_file: str | None = setting(
+        None, "PEM file of the CAs a rediss:// store's certificate is checked against."
+    )
+    store_tls_cert_file: str | None = setting(
+        None, "PEM client certificate for a rediss:// store that asks for one."
+    )
+    store_tls_key_file: str | None = setting(None, "PEM key of --store-tls-cert-file.")
     ws_max_message_bytes: int = setting(
         16 * 1024 * 1024, "Largest WebSocket client message (close 1009 beyond)."
     )

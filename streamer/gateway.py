@@ -26,8 +26,9 @@ from streamer.options import turn_options
 from streamer.pipeline import Sink, Turn, TurnEvents, TurnOptions, prepare
 from streamer.quiet_trim import QuietTrim, malloc_trim
 from streamer.recorder import TapDirectory
-from streamer.records import stored
-from streamer.store import ResponseStore, StoreUnavailable
+from streamer.records import stored, unstored
+from streamer.store import ResponseStore, StoredResponse, StoreUnavailable
+from streamer.store.health import StoreHealth
 from streamer.upstream.registry import UpstreamRegistry
 
 if TYPE_CHECKING:
@@ -120,6 +121,12 @@ class InFlight:
         return True
 
 
+def _history_of(record: StoredResponse | None) -> list[dict[str, Any]]:
+    if record is None:
+        return []
+    return continuation(record.input_items, record.response.get("output") or [])
+
+
 class Gateway:
     """Settings, upstreams, store and background turns; owns every turn's lifecycle."""
 
@@ -138,6 +145,8 @@ class Gateway:
         self.background = background
         self.options = options or turn_options(settings)
         self.in_flight = InFlight()
+        # --readyz-cache-seconds: how often a store known to be down is asked again
+        self.store_health = StoreHealth(store, settings.readyz_cache_seconds)
         self.conversations = conversations.Conversations(store, settings.max_input_items)
         self.stats: dict[str, int] = {"http_turns": 0, "ws_connections": 0, "ws_turns": 0}
         self.metrics = Metrics()
@@ -170,17 +179,21 @@ class Gateway:
         the WebSocket connection's id (its turns keep to one replica).
         """
         plan = self.upstreams.plan(body)  # the model named: 404 for one the config lacks
+        await self.check_store(body)
+        affinity = None
         if history is None:
             previous = body.get("previous_response_id") if isinstance(body, dict) else None
             # absent, or a type error that validation reports with its param
-            history = await self.history(previous, client) if isinstance(previous, str) else []
+            record = await self.continued(previous, client) if isinstance(previous, str) else None
+            history = _history_of(record)
+            affinity = record.affinity if record is not None else None
         conversation = None
         if isinstance(body, dict) and body.get("conversation") is not None:
             conversation, body, history = await self.conversation(body, history, client)
         if isinstance(body, dict) and item_references.referenced_ids(body.get("input")):
             body = {**body, "input": await self.references(body["input"], history, client)}
         turn = prepare(body, plan.route.options.turn, history=history)  # the model's options
-        self.upstreams.bind(turn, plan, session)
+        self.upstreams.bind(turn, plan, session, inherited=affinity)
         turn.conversation, turn.new_from = conversation, len(history)
         if client is not None:
             turn.client = client
@@ -188,11 +201,23 @@ class Gateway:
             turn.headers["Authorization"] = authorization
         return turn
 
+    async def check_store(self, body: Any) -> None:
+        """A `store: true` turn while the store is known to refuse writes: a 503 now,
+        before any byte, rather than an answer that would not be kept."""
+        if isinstance(body, dict) and body.get("store") is False:
+            return
+        if not await self.store_health.writable():
+            raise store_unavailable(StoreUnavailable("it did not take the last write"))
+
     async def history(self, previous: str, client: str | None) -> list[dict[str, Any]]:
         """The continued response's input then output; another client's is not found, and
         a store outage is a 503."""
+        return _history_of(await self.continued(previous, client))
+
+    async def continued(self, previous: str, client: str | None) -> StoredResponse | None:
+        """The stored response `previous` names (None for ""); 400 if not found."""
         if not previous:
-            return []
+            return None
         if conversations.is_conversation_id(previous):  # a conversation is no response
             raise previous_not_found(previous)
         try:
@@ -201,7 +226,7 @@ class Gateway:
             raise store_unavailable(exc) from None
         if record is None:
             raise previous_not_found(previous)
-        return continuation(record.input_items, record.response.get("output") or [])
+        return record
 
     async def conversation(
         self, body: dict[str, Any], history: Sequence[dict[str, Any]], client: str | None
@@ -265,8 +290,8 @@ class Gateway:
                     del batch  # sent: not kept while the next batch is awaited
                     continue
                 ending = batch
-                if keep(turn):
-                    await self.remember(turn)
+                if keep(turn) and not await self.remember(turn):
+                    batch = ending = unstored(batch)  # the response says store: false
                 if turn.conversation is not None:
                     await self.extend_conversation(turn)
                 ending = []
@@ -290,18 +315,27 @@ class Gateway:
             raise shutting_down() from None
         tail = ending or turn.streamer.fail("server_error", SHUT_DOWN)
         if tail:
-            if keep(turn):
-                await self.remember(turn)
+            if keep(turn) and not await self.remember(turn):
+                tail = unstored(tail)
             await sink.send(tail, True)
 
-    async def remember(self, turn: Turn) -> None:
-        """Store a finished response unless the client said `store: false`."""
+    async def remember(self, turn: Turn) -> bool:
+        """Store a finished response unless the client said `store: false`; False when the
+        store failed: the response then says `store: false` (the client is told through
+        the Response's own field), counted and logged."""
         if turn.request.get("store") is False:
-            return
+            return True
         try:
             await self.store.put(stored(turn))
-        except Exception as exc:  # the client already has its answer; say so in the log
-            log.warning("could not store response %s: %s", turn.response["id"], exc)
+        except Exception as exc:
+            self.store_health.wrote(False)
+            self.metrics.not_stored.inc()
+            turn.response["store"] = False
+            log.warning("could not store response %s (answered with store: false): %s",
+                        turn.response["id"], exc)  # fmt: skip
+            return False
+        self.store_health.wrote(True)
+        return True
 
     async def extend_conversation(self, turn: Turn) -> None:
         """A finished turn on a conversation: its input and output join it."""

@@ -41,6 +41,7 @@ from streamer.frontends.ws_session import History, Lane, Queued, Refused, Sessio
 from streamer.gateway import Gateway
 from streamer.identity import CLIENT
 from streamer.pipeline import Turn, warmup
+from streamer.records import unstored
 
 log = logging.getLogger("streamer.frontends.websocket")
 
@@ -167,7 +168,8 @@ class Session:
             sink = _LaneSink(self, turn, previous, lane)
             if frame.get("generate") is False:  # no backend call: nothing to observe
                 events = warmup(turn)
-                await self.gateway.remember(turn)
+                if not await self.gateway.remember(turn):
+                    events = unstored(events)  # the response says store: false
                 await sink.send(events, True)
             else:
                 await self.gateway.run(turn, sink, "websocket", keep=_not_failed)

@@ -61,11 +61,16 @@ class UpstreamRegistry:
         )  # not an object: validation says so
         return Plan(table, table.route_for(model), None)
 
-    def bind(self, turn: Turn, plan: Plan, session: str | None) -> None:
-        """The prepared turn goes by `plan`; its response names the model (not an alias)."""
+    def bind(
+        self, turn: Turn, plan: Plan, session: str | None, *, inherited: str | None = None
+    ) -> None:
+        """The prepared turn goes by `plan`; its response names the model (not an alias).
+        `inherited`: the affinity key the continued response was stored with (any instance
+        may have made it), which the chain keeps."""
         route = plan.route
         if len(route.replicas) > 1 or route.spec.fallbacks:
-            plan.key = self.router.chains.key_for(turn.response["id"], turn.request, session)
+            chains = self.router.chains
+            plan.key = chains.key_for(turn.response["id"], turn.request, session, inherited)
         if route.spec.name is not None:
             turn.response["model"] = route.spec.name
         turn.route = plan
