@@ -40,9 +40,12 @@ async def in_batches(calls: list[Any], size: int = 16) -> list[Any]:
 
 @pytest.fixture
 async def evicting() -> AsyncIterator[tuple[RedisServer, GatewayHarness, AsyncOpenAI]]:
-    async with RedisServer() as server, GatewayHarness(store=server.url) as gw:
-        async with AsyncOpenAI(base_url=gw.url, api_key="k", max_retries=0) as client:
-            yield server, gw, client
+    async with (
+        RedisServer() as server,
+        GatewayHarness(store=server.url) as gw,
+        AsyncOpenAI(base_url=gw.url, api_key="k", max_retries=0) as client,
+    ):
+        yield server, gw, client
 
 
 async def test_records_evicted_under_allkeys_lru_are_whole_or_absent(
