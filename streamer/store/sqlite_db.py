@@ -1,5 +1,7 @@
 """The SQLite store's database: plain synchronous calls on one connection, which only the
-store's own thread makes (streamer/store/sqlite_store.py).
+store's own thread makes (streamer/store/sqlite_store.py). Writes run in batches, one
+transaction (one commit) for all the writes that came in meanwhile (`write_batch`): a commit
+costs far more than a row, and under load many turns end at once.
 
 Tables: `records` (one row per response: the response and its input items as orjson, owner,
 affinity, expiry and size), `items` (item id -> the record that last held it, for
@@ -52,9 +54,8 @@ class Database:
         self.ttl = ttl
         self.max_bytes = max_bytes
         self.clock = clock
-        self.bytes = self._scalar("SELECT coalesce(sum(size), 0) FROM records") + self._scalar(
-            "SELECT coalesce(sum(size), 0) FROM logs"
-        )
+        self._kept = ""  # the response written last: the byte bound never drops it
+        self.bytes = self._measure()
 
     @classmethod
     def open(
@@ -70,10 +71,39 @@ class Database:
         row = self.conn.execute(sql, args).fetchone()
         return int(row[0]) if row and row[0] is not None else 0
 
-    # -- records ---------------------------------------------------------------------------
+    def write_batch(
+        self, writes: Sequence[tuple[Callable[..., Any], tuple[Any, ...]]]
+    ) -> list[Any]:
+        """Run `writes` (calls of the write methods below) in one transaction; each one's
+        result, or the exception it raised (a batch that fails as a whole is run again one
+        write at a time, so one bad write fails alone); then drop what expired or is over
+        the byte bound (its ids are the last result)."""
+        try:
+            with self.conn:
+                self.conn.execute("BEGIN IMMEDIATE")
+                results = [call(*args) for call, args in writes]
+                results.append(self._sweep())
+            return results
+        except Exception:
+            self.bytes = self._measure()  # what the rolled-back writes had counted
+            if len(writes) == 1:
+                raise
+        return [self._alone(call, args) for call, args in writes] + [[]]
 
-    def put(self, record: StoredResponse) -> list[str]:
-        """Write the record whole; the ids of records dropped to make room (or expired)."""
+    def _alone(self, call: Callable[..., Any], args: tuple[Any, ...]) -> Any:
+        try:
+            return self.write_batch([(call, args)])[0]
+        except Exception as exc:
+            return exc
+
+    def _measure(self) -> int:
+        records = self._scalar("SELECT coalesce(sum(size), 0) FROM records")
+        return records + self._scalar("SELECT coalesce(sum(size), 0) FROM logs")
+
+    # -- records (the writes run inside `write_batch`) ---------------------------------------
+
+    def put(self, record: StoredResponse) -> None:
+        """Write the record whole."""
         items = with_item_ids(record.input_items)
         response, listed = orjson.dumps(record.response), orjson.dumps(items)
         owner, affinity = record.owner or None, record.affinity or None
@@ -81,20 +111,19 @@ class Database:
         ids = record_item_ids(record.response, items)
         size += sum(len(i) + _RECORD_OVERHEAD for i in ids)
         expires = self.clock() + self.ttl
-        with self.conn:
-            self.conn.execute("BEGIN IMMEDIATE")
-            old = self._scalar("SELECT size FROM records WHERE id = ?", (record.id,))
-            self.conn.execute(
-                "INSERT OR REPLACE INTO records VALUES (?, ?, ?, ?, ?, ?, ?)",
-                (record.id, response, listed, owner, affinity, expires, size),
-            )
+        old = self._scalar("SELECT size FROM records WHERE id = ?", (record.id,))
+        self.conn.execute(
+            "INSERT OR REPLACE INTO records VALUES (?, ?, ?, ?, ?, ?, ?)",
+            (record.id, response, listed, owner, affinity, expires, size),
+        )
+        if old:  # a record written again (a background turn's): its items as they are now
             self.conn.execute("DELETE FROM items WHERE record = ?", (record.id,))
-            self.conn.executemany(
-                "INSERT OR REPLACE INTO items VALUES (?, ?)", [(i, record.id) for i in ids]
-            )
-            self.conn.execute("UPDATE logs SET expires = ? WHERE id = ?", (expires, record.id))
-            self.bytes += size - old
-            return self._sweep(keep=record.id)
+        self.conn.executemany(
+            "INSERT OR REPLACE INTO items VALUES (?, ?)", [(i, record.id) for i in ids]
+        )
+        self.conn.execute("UPDATE logs SET expires = ? WHERE id = ?", (expires, record.id))
+        self.bytes += size - old
+        self._kept = record.id
 
     def get(self, response_id: str) -> StoredResponse | None:
         row = self.conn.execute(
@@ -135,47 +164,41 @@ class Database:
 
     def delete(self, response_id: str) -> bool:
         """Forget the record and its log; whether a live record was there."""
-        with self.conn:
-            self.conn.execute("BEGIN IMMEDIATE")
-            existed = self.get_response(response_id) is not None
-            self._drop([response_id])
-            return existed
+        existed = self.get_response(response_id) is not None
+        self._drop([response_id])
+        return existed
 
     # -- event logs ------------------------------------------------------------------------
 
     def append(self, response_id: str, seq: int, data: bytes, terminal: bool) -> bool:
         """Log one event; False when it is ignored (seq not above the last, or ended)."""
         now = self.clock()
-        with self.conn:
-            self.conn.execute("BEGIN IMMEDIATE")
-            log = self._log(response_id, now)
-            if log is not None and (log[1] or seq <= log[0]):
-                return False
-            expires = now + self.ttl
-            size = len(data) + _EVENT_OVERHEAD
-            self.conn.execute("INSERT OR REPLACE INTO events VALUES (?, ?, ?)",
-                              (response_id, seq, data))  # fmt: skip
-            self.conn.execute(
-                "INSERT INTO logs VALUES (?, ?, ?, ?, ?) ON CONFLICT (id) DO UPDATE SET "
-                "last = excluded.last, done = excluded.done, expires = excluded.expires, "
-                "size = size + excluded.size",
-                (response_id, seq, int(terminal), expires, size),
-            )
-            self.conn.execute("UPDATE records SET expires = ? WHERE id = ?", (expires, response_id))
-            self.bytes += size
-            self._sweep(keep=response_id)
-            return True
+        log = self._log(response_id, now)
+        if log is not None and (log[1] or seq <= log[0]):
+            return False
+        expires = now + self.ttl
+        size = len(data) + _EVENT_OVERHEAD
+        self.conn.execute("INSERT OR REPLACE INTO events VALUES (?, ?, ?)",
+                          (response_id, seq, data))  # fmt: skip
+        self.conn.execute(
+            "INSERT INTO logs VALUES (?, ?, ?, ?, ?) ON CONFLICT (id) DO UPDATE SET "
+            "last = excluded.last, done = excluded.done, expires = excluded.expires, "
+            "size = size + excluded.size",
+            (response_id, seq, int(terminal), expires, size),
+        )
+        self.conn.execute("UPDATE records SET expires = ? WHERE id = ?", (expires, response_id))
+        self.bytes += size
+        self._kept = response_id
+        return True
 
     def end(self, response_id: str) -> None:
         now = self.clock()
-        with self.conn:
-            self.conn.execute("BEGIN IMMEDIATE")
-            if self._log(response_id, now) is None:
-                if self.get_response(response_id) is None:
-                    return
-                self.conn.execute("INSERT INTO logs VALUES (?, -1, 1, ?, ?)",
-                                  (response_id, now + self.ttl, _EVENT_OVERHEAD))  # fmt: skip
-            self.conn.execute("UPDATE logs SET done = 1 WHERE id = ?", (response_id,))
+        if self._log(response_id, now) is None:
+            if self.get_response(response_id) is None:
+                return
+            self.conn.execute("INSERT INTO logs VALUES (?, -1, 1, ?, ?)",
+                              (response_id, now + self.ttl, _EVENT_OVERHEAD))  # fmt: skip
+        self.conn.execute("UPDATE logs SET done = 1 WHERE id = ?", (response_id,))
 
     def read(self, response_id: str, after: int, limit: int = 512) -> tuple[list[Any], bool, bool]:
         """Events after `after` (at most `limit`), whether the log ended, and whether the
@@ -200,18 +223,17 @@ class Database:
     # -- the rest --------------------------------------------------------------------------
 
     def secret(self, name: str, candidate: bytes) -> bytes:
-        with self.conn:
-            self.conn.execute("INSERT OR IGNORE INTO secrets VALUES (?, ?)", (name, candidate))
-            row = self.conn.execute("SELECT value FROM secrets WHERE name = ?", (name,)).fetchone()
+        self.conn.execute("INSERT OR IGNORE INTO secrets VALUES (?, ?)", (name, candidate))
+        row = self.conn.execute("SELECT value FROM secrets WHERE name = ?", (name,)).fetchone()
         return bytes(row[0])
 
     def probe(self) -> None:
         self.conn.execute("INSERT OR REPLACE INTO probe VALUES (1, ?)", (self.clock(),))
 
-    def _sweep(self, keep: str) -> list[str]:
+    def _sweep(self) -> list[str]:
         """Drop expired responses, then the soonest to expire while over `max_bytes` (never
-        `keep`); their ids (their followers end)."""
-        now = self.clock()
+        the one written last); their ids (their followers end)."""
+        keep, now = self._kept, self.clock()
         gone = [
             str(row[0])
             for row in self.conn.execute(

@@ -3,7 +3,7 @@ outlive a restart without a Redis.
 
 The database (streamer/store/sqlite_db.py, stdlib `sqlite3` in WAL mode) is used by one
 thread of its own: every operation is handed to it, so the event loop never waits on the
-disk. Followers of a background response and cancels are this process's (the memory
+disk. Writes queue up while the thread is busy and go in one transaction together. Followers of a background response and cancels are this process's (the memory
 store's rules); a second process on the same file is refused (a lock on `PATH.lock`), as
 its followers and cancels would not reach this one: several instances share a Redis.
 """
@@ -14,6 +14,7 @@ import asyncio
 import contextlib
 import os
 import sqlite3
+import threading
 import time
 from collections.abc import AsyncIterator, Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -64,6 +65,9 @@ class SqliteStore:
             self._lock.close()
             raise ValueError(f"the SQLite store {path} cannot be opened: {exc}") from None
         self._closed = False
+        self._queue: list[tuple[Callable[..., Any], tuple[Any, ...], asyncio.Future[Any]]] = []
+        self._queued = threading.Lock()  # the queue is taken by the store's thread
+        self._flushing = False  # a flush of the queue is on its way to the thread
         self._cancels = Cancels(max_responses, ttl_seconds, time.monotonic)
         self._changed: dict[str, asyncio.Event] = {}  # per followed log: set on each change
         self._waiting = 0  # followers waiting for a change now (tests wait on it)
@@ -77,6 +81,45 @@ class SqliteStore:
         except (sqlite3.Error, OSError, TimeoutError, RuntimeError) as exc:
             raise StoreUnavailable(f"sqlite store unavailable: {why(exc)}") from exc
 
+    async def _write(self, call: Callable[..., T], *args: Any) -> T:
+        """`call(*args)` in the next batch of writes (one transaction); StoreUnavailable
+        if it fails or does not come back within the operation timeout."""
+        future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        with self._queued:
+            self._queue.append((call, args, future))
+            start, self._flushing = not self._flushing, True
+        if start:
+            try:
+                self._thread.submit(self._flush, asyncio.get_running_loop())
+            except RuntimeError as exc:  # closed
+                raise StoreUnavailable(f"sqlite store unavailable: {why(exc)}") from exc
+        try:
+            async with asyncio.timeout(self._op_timeout):
+                return await asyncio.shield(future)  # a timed-out write may still land
+        except (sqlite3.Error, OSError, TimeoutError) as exc:
+            raise StoreUnavailable(f"sqlite store unavailable: {why(exc)}") from exc
+
+    def _flush(self, loop: asyncio.AbstractEventLoop) -> None:
+        """On the store's thread: every queued write, in one transaction; the results go
+        back to the loop in one call."""
+        with self._queued:
+            batch, self._queue, self._flushing = self._queue, [], False
+        try:
+            results = self._db.write_batch([(call, args) for call, args, _ in batch])
+        except Exception as exc:
+            results = [exc] * len(batch) + [[]]
+        loop.call_soon_threadsafe(self._settle, batch, results)
+
+    def _settle(self, batch: list[Any], results: list[Any]) -> None:
+        for (_, _, future), result in zip(batch, results, strict=False):
+            if future.done():
+                continue
+            if isinstance(result, BaseException):
+                future.set_exception(result)
+            else:
+                future.set_result(result)
+        self._wake(results[-1])
+
     def _wake(self, ids: list[str] | tuple[str, ...]) -> None:
         for response_id in ids:
             changed = self._changed.pop(response_id, None)
@@ -86,7 +129,7 @@ class SqliteStore:
     # -- records ---------------------------------------------------------------------------
 
     async def put(self, record: StoredResponse) -> None:
-        self._wake(await self._run(self._db.put, record))
+        await self._write(self._db.put, record)
 
     async def get(self, response_id: str, *, owner: str | None = None) -> StoredResponse | None:
         record = await self._run(self._db.get, response_id)
@@ -108,7 +151,7 @@ class SqliteStore:
         if exists and not visible(record_owner, owner):
             return False  # another client's: it stays, as if it did not exist
         self._cancels.forget(response_id)
-        deleted = await self._run(self._db.delete, response_id)
+        deleted = await self._write(self._db.delete, response_id)
         self._wake([response_id])
         return deleted
 
@@ -131,7 +174,7 @@ class SqliteStore:
     async def append_event(self, response_id: str, seq: int, data: bytes) -> None:
         if seq < 0:
             raise ValueError("seq must be >= 0")
-        if await self._run(self._db.append, response_id, seq, data, is_terminal(data)):
+        if await self._write(self._db.append, response_id, seq, data, is_terminal(data)):
             self._wake([response_id])
 
     async def events(
@@ -156,7 +199,7 @@ class SqliteStore:
                     self._waiting -= 1
 
     async def end_events(self, response_id: str) -> None:
-        await self._run(self._db.end, response_id)
+        await self._write(self._db.end, response_id)
         self._wake([response_id])
 
     # -- cancellation ----------------------------------------------------------------------
@@ -171,13 +214,13 @@ class SqliteStore:
 
     async def ping(self) -> bool:
         try:
-            await self._run(self._db.probe)
+            await self._write(self._db.probe)
         except StoreUnavailable:
             return False
         return True
 
     async def shared_secret(self, name: str, candidate: bytes) -> bytes:
-        return await self._run(self._db.secret, name, candidate)
+        return await self._write(self._db.secret, name, candidate)
 
     async def check(self) -> list[str]:
         return []
