@@ -1,7 +1,8 @@
 """Stored responses through the official SDK, against the memory store and a real Redis.
 
-Every test here runs twice: once with the default in-memory store and once with
-`--store redis://…` pointed at a redis-server this module starts on a free port. The
+Every test here runs three times: with the default in-memory store, with `--store
+sqlite:…` in the test's folder, and with `--store redis://…` pointed at a redis-server this
+module starts on a free port. The
 store-outage tests at the end point the gateway at a Redis port where nothing listens.
 """
 
@@ -9,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import Any
 
 import openai
@@ -35,6 +37,7 @@ from scripted_backend import (
 from sdk_models import validate_event, validate_response
 
 from streamer.store import MemoryStore, open_store
+from streamer.store.sqlite_store import SqliteStore
 
 END = [finish("stop"), usage(5, 2), DONE]
 ERROR_KEYS = {"message", "type", "param", "code"}
@@ -52,10 +55,10 @@ def search_call(call_id: str = "call_1", *, pause: float = 0.0) -> list[Any]:
     return [*chunks, finish("tool_calls"), usage(5, 2), DONE]
 
 
-@pytest.fixture(params=["memory", pytest.param("redis", marks=redis_marks)])
-async def gw(request: pytest.FixtureRequest) -> AsyncIterator[GatewayHarness]:
+@pytest.fixture(params=["memory", "sqlite", pytest.param("redis", marks=redis_marks)])
+async def gw(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[GatewayHarness]:
     """The gateway with each store; Redis starts every test from an empty database."""
-    spec = "memory"
+    spec = "memory" if request.param == "memory" else f"sqlite:{tmp_path / 'store.db'}"
     if request.param == "redis":
         server = request.getfixturevalue("redis_server")
         spec = server.url
@@ -71,6 +74,8 @@ async def stored_keys(gw: GatewayHarness) -> int:
     store = gw.gateway.store
     if isinstance(store, MemoryStore):
         return len(store)
+    if isinstance(store, SqliteStore):
+        return store._db._scalar("SELECT count(*) FROM records")
     async with aioredis.Redis.from_url(str(gw.settings.store)) as r:
         own = (b"streamer:secret:", b"streamer:probe:")
         return len([k for k in await r.keys() if not k.startswith(own)])

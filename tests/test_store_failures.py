@@ -122,3 +122,17 @@ async def test_a_full_noeviction_redis_is_not_ready_and_store_true_is_refused() 
         assert unstored.status == "completed"
         assert (await client.responses.retrieve(kept.id)).id == kept.id  # reads go on
         assert len(gw.backend.requests) == 2  # the refused turns never reached it
+
+
+async def test_the_redis_settings_that_lose_records_are_warned_of_at_startup(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    evicts_all = ("--maxmemory", "64mb", "--maxmemory-policy", "allkeys-lru")
+    async with RedisServer(extra_args=evicts_all) as server, GatewayHarness(store=server.url):
+        warned = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert any("maxmemory-policy allkeys-lru" in w and "noeviction" in w for w in warned)
+    assert any("keeps nothing on disk" in w for w in warned)
+    caplog.clear()
+    kept = ("--maxmemory-policy", "volatile-lru", "--appendonly", "yes")
+    async with RedisServer(extra_args=kept) as server, GatewayHarness(store=server.url):
+        assert not [r for r in caplog.records if r.name == "streamer.store"]

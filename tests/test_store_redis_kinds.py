@@ -248,3 +248,16 @@ async def test_the_config_check_reads_every_cluster_primary(redis_cluster: Redis
 
 
 pytestmark = [pytest.mark.filterwarnings("error::pytest.PytestUnraisableExceptionWarning")]
+
+
+def test_the_tls_settings_are_checked_before_serving(tmp_path: Path) -> None:
+    from streamer.app import check_settings
+    from streamer.config import Settings
+
+    ca = tmp_path / "ca.pem"
+    with pytest.raises(ValueError, match="no such file"):
+        check_settings(Settings(store="rediss://h:1/0", store_tls_ca_file=str(ca)))
+    ca.write_text("")
+    with pytest.raises(ValueError, match="need a TLS store URL"):
+        check_settings(Settings(store="redis://h:1/0", store_tls_ca_file=str(ca)))
+    check_settings(Settings(store="rediss+sentinel://h/primary", store_tls_ca_file=str(ca)))
