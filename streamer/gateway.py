@@ -179,7 +179,6 @@ class Gateway:
         the WebSocket connection's id (its turns keep to one replica).
         """
         plan = self.upstreams.plan(body)  # the model named: 404 for one the config lacks
-        await self.check_store(body)
         affinity = None
         if history is None:
             previous = body.get("previous_response_id") if isinstance(body, dict) else None
@@ -193,6 +192,7 @@ class Gateway:
         if isinstance(body, dict) and item_references.referenced_ids(body.get("input")):
             body = {**body, "input": await self.references(body["input"], history, client)}
         turn = prepare(body, plan.route.options.turn, history=history)  # the model's options
+        await self.check_store(turn.request)  # valid: a store outage is no reason for a 400
         self.upstreams.bind(turn, plan, session, inherited=affinity)
         turn.conversation, turn.new_from = conversation, len(history)
         if client is not None:
@@ -201,10 +201,10 @@ class Gateway:
             turn.headers["Authorization"] = authorization
         return turn
 
-    async def check_store(self, body: Any) -> None:
+    async def check_store(self, request: Mapping[str, Any]) -> None:
         """A `store: true` turn while the store is known to refuse writes: a 503 now,
         before any byte, rather than an answer that would not be kept."""
-        if isinstance(body, dict) and body.get("store") is False:
+        if request.get("store") is False:
             return
         if not await self.store_health.writable():
             raise store_unavailable(StoreUnavailable("it did not take the last write"))
