@@ -538,3 +538,19 @@ async def test_a_response_the_store_failed_to_keep_says_store_false() -> None:
             assert (await client.responses.retrieve(kept.id)).output_text == "after"
         metrics = gw.gateway.metrics.render().decode()
         assert "streamer_responses_not_stored_total 2.0" in metrics
+
+
+@pytest.mark.parametrize("kind", ["memory", "sqlite"])
+async def test_store_max_bytes_bounds_the_local_stores(kind: str, tmp_path: Path) -> None:
+    spec = "memory" if kind == "memory" else f"sqlite:{tmp_path / 'bound.db'}"
+    async with (
+        GatewayHarness(store=spec, store_max_bytes=60_000) as gw,
+        AsyncOpenAI(base_url=gw.url, api_key="k", max_retries=0) as client,
+    ):
+        made = [await client.responses.create(model="m", input="x" * 4000) for _ in range(30)]
+        with pytest.raises(openai.NotFoundError):  # the oldest went to make room
+            await client.responses.retrieve(made[0].id)
+        assert (await client.responses.retrieve(made[-1].id)).id == made[-1].id
+        store = gw.gateway.store
+        held = store.bytes_used if isinstance(store, MemoryStore) else store._db.bytes
+        assert held <= 60_000
