@@ -111,9 +111,13 @@ def chat_backend(
     proxy = select_proxy(url, settings.upstream_proxy, os.environ) if proxied else None
     # the single-backend flags' model is `--upstream-api`'s; a config's model names its own
     api = settings.upstream_api if spec.name is None else spec.api
+    # whatever the backend says back is scrubbed of every key this gateway knows: by the
+    # client where its words enter the gateway's own, by the wrapper where they pass through
+    known = (*secrets, *(proxy.secrets if proxy else ()))
     chat = client_class(api)(
         url,
         api_key=spec.api_key,
+        secrets=known,
         idle_timeout=settings.idle_timeout,
         first_byte_timeout=settings.first_byte_timeout or None,  # 0: the idle timeout
         **client_contract(settings),
@@ -125,8 +129,7 @@ def chat_backend(
     profile = replace(settings, backend_profile=spec.profile or settings.backend_profile)
     chat.stream_usage = "stream_options" not in backend_profile(profile).drop
     chat.json_budget = budget
-    # whatever the backend says back is scrubbed of every key this gateway knows
-    return RedactingUpstream(chat, (*secrets, *(proxy.secrets if proxy else ())))
+    return RedactingUpstream(chat, known)
 
 
 def reread(settings: Settings) -> ModelsConfig | None:

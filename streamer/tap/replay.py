@@ -104,7 +104,7 @@ class _RecordedUpstream:
         body = b"".join(self.chunks)
         stream = self.client.stream
         if body.lstrip()[:1] in (b"{", b"["):  # a whole JSON answer, recorded as one read
-            return stream.answered(self.client.decode_whole(body))
+            return stream.answered(self.client.decode_whole(body, ()))
         return await stream.reading(_RecordedBody(self.chunks))  # type: ignore[arg-type]
 
 

@@ -20,7 +20,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import ssl
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from types import TracebackType
 from typing import Any
 from urllib.parse import urlsplit
@@ -29,8 +29,8 @@ import orjson
 
 from streamer.core.deltas import Delta
 from streamer.core.errors import RequestError, server_error
+from streamer.core.scrub import bearer_token, excerpt, secrets_of
 from streamer.identity import client_identity
-from streamer.redact import secrets_of
 from streamer.upstream.batch import Batch
 from streamer.upstream.body_budget import ByteBudget
 from streamer.upstream.chat.http_errors import http_error
@@ -84,7 +84,9 @@ class ChatUpstream:
 
     endpoint = "/chat/completions"
     stream: type[ChatStream]  # ChatStream (set below it)
-    decode_whole: Callable[[bytes | bytearray], list[Delta]] = staticmethod(decode_body)
+    decode_whole: Callable[[bytes | bytearray, tuple[str, ...]], list[Delta]] = staticmethod(
+        decode_body
+    )
 
     def __init__(
         self,
@@ -101,8 +103,12 @@ class ChatUpstream:
         ssl_context: ssl.SSLContext | None = None,
         max_json_body: int = JSON_BODY_LIMIT,
         json_budget: ByteBudget | None = None,
+        secrets: Iterable[str | None] = (),
     ) -> None:
         self.base_url = base_url.rstrip("/")
+        # taken out of the backend's words where they enter (its error bodies and events,
+        # bytes quoted in the gateway's messages): the key, and every other this gateway knows
+        self.secrets = secrets_of((api_key, *secrets))
         self.stream_usage = True  # ask for `stream_options.include_usage` (profiles.py)
         # optional parameters this backend answered 400 to: left out from then on (a subset
         # of the fixed `rejected_params.DROPPABLE`, so bounded)
@@ -217,6 +223,7 @@ class ChatUpstream:
     ) -> ChatStream:
         data = orjson.dumps(body)
         pool = self.pool_for(client)
+        secrets = self._secrets_for(headers)
         if headers:
             head = pool.head(
                 "POST",
@@ -227,19 +234,19 @@ class ChatUpstream:
         else:
             head = self._chat_head + b"Content-Length: %d\r\n\r\n" % len(data)
         raw_resp = await self._request(
-            pool, head + data, self.first_byte_timeout, self.idle_timeout
+            pool, head + data, self.first_byte_timeout, self.idle_timeout, secrets
         )
         resp: Response | DecodedResponse = raw_resp
         try:
             if resp.status >= 300:
-                raise await self._http_error(raw_resp, body)
-            resp = self._decoding(raw_resp)
+                raise await self._http_error(raw_resp, secrets, body)
+            resp = self._decoding(raw_resp, secrets)
             if "json" in resp.content_type:
-                raw = await self._read_json(resp)
+                raw = await self._read_json(resp, secrets)
                 try:
                     if on_raw is not None:
                         on_raw(bytes(raw))
-                    deltas = self.decode_whole(raw)
+                    deltas = self.decode_whole(raw, secrets)
                 finally:
                     self.json_budget.give(len(raw))
                 resp.release()
@@ -249,6 +256,7 @@ class ChatUpstream:
                 idle_timeout=self.idle_timeout,
                 on_raw=on_raw,
                 first_byte_timeout=self.first_byte_timeout,
+                secrets=secrets,
             )
         except BaseException:
             resp.release()  # kept if the whole body is in, else cut
@@ -269,7 +277,14 @@ class ChatUpstream:
             body.pop("stream_options", None)
         return without(body, self.rejected)
 
-    async def _read_json(self, resp: Response | DecodedResponse) -> bytearray:
+    def _secrets_for(self, headers: dict[str, str] | None) -> tuple[str, ...]:
+        """This request's secrets: the gateway's, and the client's forwarded bearer token."""
+        token = bearer_token(headers)
+        return secrets_of((*self.secrets, token)) if token else self.secrets
+
+    async def _read_json(
+        self, resp: Response | DecodedResponse, secrets: tuple[str, ...]
+    ) -> bytearray:
         """A whole JSON body, its bytes taken from `json_budget` (the caller gives them back).
 
         Past `max_json_body` the turn fails with a 502, past the shared budget with a 503;
@@ -292,10 +307,10 @@ class ChatUpstream:
             raise self._timed_out() from None
         except ContentCodingError as exc:  # before ProtocolError: it is one
             budget.give(len(raw))
-            raise self._undecodable(exc) from None
+            raise self._undecodable(exc, secrets) from None
         except ProtocolError as exc:
             budget.give(len(raw))
-            raise self._invalid(exc) from None
+            raise self._invalid(exc, secrets) from None
         except (HTTPClientError, OSError):
             budget.give(len(raw))
             raise self._closed_early("sending its answer") from None
@@ -328,12 +343,12 @@ class ChatUpstream:
         its failures in the turn's terms."""
         resp: Response | DecodedResponse = raw_resp
         try:
-            resp = self._decoding(raw_resp)
+            resp = self._decoding(raw_resp, self.secrets)
             return resp.status, await resp.read_all(JSON_BODY_LIMIT)
         except TimeoutError:
             raise self._timed_out() from None
         except ContentCodingError as exc:
-            raise self._undecodable(exc) from None
+            raise self._undecodable(exc, self.secrets) from None
         except (HTTPClientError, OSError):
             raise self._closed_early(doing) from None
         finally:
@@ -345,7 +360,7 @@ class ChatUpstream:
         raw_resp = await self._get_models(self.connect_timeout)
         resp: Response | DecodedResponse = raw_resp
         try:
-            resp = self._decoding(raw_resp)
+            resp = self._decoding(raw_resp, self.secrets)
             body = await resp.read_all(limit)
             return raw_resp.status, {k: v for k, v in raw_resp.headers.items()}, body
         finally:
@@ -405,7 +420,12 @@ class ChatUpstream:
         return await self._request(pool, head, timeout)
 
     async def _request(
-        self, pool: ConnectionPool, payload: bytes, timeout: float, idle: float | None = None
+        self,
+        pool: ConnectionPool,
+        payload: bytes,
+        timeout: float,
+        idle: float | None = None,
+        secrets: tuple[str, ...] | None = None,
     ) -> Response:
         try:
             return await pool.request(payload, timeout, idle)
@@ -414,31 +434,34 @@ class ChatUpstream:
         except ReadTimeout:
             raise self._timed_out() from None
         except ProtocolError as exc:
-            raise self._invalid(exc) from None
+            raise self._invalid(exc, self.secrets if secrets is None else secrets) from None
         except (HTTPClientError, OSError):
             raise self._closed_early("answering") from None
 
-    def _invalid(self, exc: ProtocolError) -> RequestError:
+    def _invalid(self, exc: ProtocolError, secrets: tuple[str, ...]) -> RequestError:
         return RequestError(
-            f"The backend at {self._where()} sent an invalid HTTP answer: {exc}.",
+            f"The backend at {self._where()} sent an invalid HTTP answer: {exc.shown(secrets)}.",
             status=502,
             type="server_error",
             code="upstream_error",
         )
 
-    def _decoding(self, resp: Response) -> Response | DecodedResponse:
+    def _decoding(self, resp: Response, secrets: tuple[str, ...]) -> Response | DecodedResponse:
         """`resp`, or its body decoded if a `Content-Encoding` came (a proxy compressed it)."""
         try:
             decoder = decoder_for(_content_encoding(resp))
         except UnsupportedCoding as exc:
-            raise self._undecodable(exc) from None
+            raise self._undecodable(exc, secrets) from None
         return resp if decoder is None else DecodedResponse(resp, decoder)
 
-    def _undecodable(self, exc: ContentCodingError) -> RequestError:
-        message = f"The backend at {self._where()} sent an answer that cannot be decoded: {exc}."
+    def _undecodable(self, exc: ContentCodingError, secrets: tuple[str, ...]) -> RequestError:
+        shown = exc.shown(secrets)
+        message = f"The backend at {self._where()} sent an answer that cannot be decoded: {shown}."
         return server_error(message, 502, "upstream_error")
 
-    async def _http_error(self, resp: Response, sent: dict[str, Any] | None = None) -> RequestError:
+    async def _http_error(
+        self, resp: Response, secrets: tuple[str, ...], sent: dict[str, Any] | None = None
+    ) -> RequestError:
         """A non-2xx answer; the forward proxy's own 407 is a 502 that names it. With
         `sent`, a 400 that names optional parameters of it is `_Rejected`."""
         if resp.status == 407 and self._forward_proxy and self._proxy is not None:
@@ -451,11 +474,12 @@ class ChatUpstream:
         try:
             decoder = decoder_for(_content_encoding(resp))
         except UnsupportedCoding as exc:  # the status matters more than the body's text
-            error = http_error(resp.status, b"", resp.headers)
-            error.message += f" (its body is in Content-Encoding {exc.coding!r}, not decoded)"
+            error = http_error(resp.status, b"", resp.headers, secrets)
+            coding = excerpt(exc.coding, 40, secrets)
+            error.message += f" (its body is in Content-Encoding {coding!r}, not decoded)"
             return error
         return await _http_error(
-            resp if decoder is None else DecodedResponse(resp, decoder), self._api_key, sent
+            resp if decoder is None else DecodedResponse(resp, decoder), secrets, sent
         )
 
     def _timed_out(self) -> RequestError:
@@ -496,10 +520,12 @@ class ChatStream:
         on_raw: Callable[[bytes], None] | None = None,
         first: Batch | None = None,
         first_byte_timeout: float | None = None,
+        secrets: tuple[str, ...] = (),
     ) -> None:
         self._resp = response
         self._on_raw = on_raw
-        self._decoder = self.decoder(idle_timeout, first_byte_timeout)
+        self._secrets = secrets  # taken out of the backend's errors (the decoder's, and ours)
+        self._decoder = self.decoder(idle_timeout, first_byte_timeout, secrets=secrets)
         self.first = first
 
     @classmethod
@@ -510,6 +536,7 @@ class ChatStream:
         idle_timeout: float = 300,
         on_raw: Callable[[bytes], None] | None = None,
         first_byte_timeout: float | None = None,
+        secrets: tuple[str, ...] = (),
     ) -> ChatStream:
         """The stream of an event-stream answer, its first batch decoded if its first bytes
         came with the head (that read does not wait)."""
@@ -518,6 +545,7 @@ class ChatStream:
             idle_timeout=idle_timeout,
             on_raw=on_raw,
             first_byte_timeout=first_byte_timeout,
+            secrets=secrets,
         )
         if response.buffered:
             deltas = await stream._read(response)
@@ -564,9 +592,9 @@ class ChatStream:
         except TimeoutError:
             cause = EndCause.TIMEOUT
         except ContentCodingError as exc:  # before ProtocolError: it is one
-            cause, detail = EndCause.UNDECODABLE, str(exc)
+            cause, detail = EndCause.UNDECODABLE, exc.shown(self._secrets)
         except ProtocolError as exc:
-            cause, detail = EndCause.INVALID, str(exc)
+            cause, detail = EndCause.INVALID, exc.shown(self._secrets)
         except ServerDisconnected:
             cause = EndCause.EOF
         except (HTTPClientError, OSError):
@@ -665,19 +693,19 @@ class _Rejected(RequestError):
 
 async def _http_error(
     resp: Response | DecodedResponse,
-    api_key: str | None = None,
+    secrets: tuple[str, ...] = (),
     sent: dict[str, Any] | None = None,
 ) -> RequestError:
     """A backend's non-2xx answer, with its status, message, type, code and param kept
-    (and the backend key scrubbed from its text before that is cut); `_Rejected` if it
-    names optional parameters of `sent`."""
+    (its words scrubbed of `secrets`, see `http_error`); `_Rejected` if it names optional
+    parameters of `sent`."""
     if resp.status < 400:
         return http_error(resp.status, b"", resp.headers)
     try:
         raw = await resp.read_all(ERROR_BODY_LIMIT)
     except (TimeoutError, HTTPClientError, OSError):
         raw = b""
-    exc = http_error(resp.status, raw, resp.headers, secrets_of((api_key,)))
+    exc = http_error(resp.status, raw, resp.headers, secrets)
     if exc.status == 429 and exc.code is None:  # clients key on it, as on OpenAI's own 429s
         exc.code = "rate_limit_exceeded"
     names = rejected_params(resp.status, raw, sent) if sent is not None else ()

@@ -38,6 +38,7 @@ from streamer.core.deltas import (
     WholeItem,
 )
 from streamer.core.response import new_id
+from streamer.core.scrub import excerpt, scrub
 from streamer.core.sse import SSEMessage
 from streamer.upstream.chat.decoder import INVALID_CHUNK, payload_error
 from streamer.upstream.chat.error_shapes import CONTEXT_OVERFLOW, is_context_overflow
@@ -87,12 +88,13 @@ class ResponsesEventDecoder:
     """
 
     __slots__ = (
-        "_args", "_calls", "_index", "_last", "_lessons", "_streamed", "_text", "_text_kind",
-        "_tier",
+        "_args", "_calls", "_index", "_last", "_lessons", "_secrets", "_streamed", "_text",
+        "_text_kind", "_tier",
         "done", "finished",
     )  # fmt: skip
 
-    def __init__(self, lessons: int = _LESSONS) -> None:
+    def __init__(self, lessons: int = _LESSONS, *, secrets: tuple[str, ...] = ()) -> None:
+        self._secrets = secrets  # taken out of the backend's error text (streamer/core/scrub.py)
         self.done = False
         self.finished = False
         self._tier: str | None = None
@@ -179,7 +181,8 @@ class ResponsesEventDecoder:
                 return False  # some relays end a Responses stream as a Chat one
             # the same characters whether the framing gave bytes or text (4 bytes a character)
             text = data[: _SNIPPET * 4]
-            text = (text.decode("utf-8", "replace") if isinstance(text, bytes) else text)[:_SNIPPET]
+            text = text.decode("utf-8", "replace") if isinstance(text, bytes) else text
+            text = excerpt(text, _SNIPPET, self._secrets)
             out.append(UpstreamError(INVALID_CHUNK, f"The backend sent malformed JSON: {text!r}"))
             return True
         if obj.__class__ is not dict:
@@ -229,7 +232,7 @@ class ResponsesEventDecoder:
         elif kind in ("response.completed", "response.incomplete", "response.failed"):
             self._terminal(kind, obj.get("response"), out)
         elif kind == "error" or (kind is None and ("error" in obj or obj.get("object") == "error")):
-            out.append(_error(obj))
+            out.append(_error(obj, self._secrets))
         elif isinstance(kind, str) and kind not in _KNOWN:
             out.append(ForeignEvent({k: v for k, v in obj.items() if k != "sequence_number"}))
 
@@ -312,7 +315,7 @@ class ResponsesEventDecoder:
         if isinstance(usage, dict):
             out.append(decode_usage(usage))
         if kind == "response.failed":
-            out.append(_error({"error": response.get("error") or {}}))
+            out.append(_error({"error": response.get("error") or {}}, self._secrets))
             return
         if kind == "response.incomplete":
             reason = _str((response.get("incomplete_details") or {}).get("reason"))
@@ -332,7 +335,7 @@ class ResponsesDecoder(ChatDecoder):
         return EventFraming()
 
     def _payloads(self) -> ResponsesEventDecoder:
-        return ResponsesEventDecoder()
+        return ResponsesEventDecoder(secrets=self._secrets)
 
     def take(self) -> list[Delta]:
         """As `ChatDecoder.take`, but the batches stay small until one has a delta: a
@@ -346,8 +349,9 @@ class ResponsesDecoder(ChatDecoder):
         return out
 
 
-def decode_response_body(raw: bytes | bytearray) -> list[Delta]:
-    """A whole (non-streamed) Response, as the deltas its stream would have carried."""
+def decode_response_body(raw: bytes | bytearray, secrets: tuple[str, ...] = ()) -> list[Delta]:
+    """A whole (non-streamed) Response, as the deltas its stream would have carried
+    (`secrets`: taken out of an error it reports)."""
     try:
         body = _loads(raw)
     except orjson.JSONDecodeError:
@@ -356,10 +360,10 @@ def decode_response_body(raw: bytes | bytearray) -> list[Delta]:
         return [
             UpstreamError(INVALID_CHUNK, "The backend answered with a JSON value, not a Response.")
         ]
-    error = payload_error(body) if body.get("object") != "response" else None
+    error = payload_error(body, secrets) if body.get("object") != "response" else None
     if error is not None:
         return [error]
-    decoder = ResponsesEventDecoder()
+    decoder = ResponsesEventDecoder(secrets=secrets)
     out: list[Delta] = []
     for at, item in enumerate(body.get("output") or ()):
         if isinstance(item, dict):
@@ -386,16 +390,21 @@ def decode_usage(usage: dict[str, Any]) -> Usage:
     )
 
 
-def _error(obj: dict[str, Any]) -> UpstreamError:
+def _error(obj: dict[str, Any], secrets: tuple[str, ...] = ()) -> UpstreamError:
     """An `error` event (`{type, code, message, param}`), or `response.failed`'s `error`,
-    with the codes a Chat backend's errors get (context overflow recognised)."""
+    with the codes a Chat backend's errors get (context overflow recognised); the backend's
+    words scrubbed of `secrets` (whole ones)."""
     inner = obj.get("error")
     err: dict[str, Any] = inner if isinstance(inner, dict) else obj
-    code = _str(err.get("code")) or "server_error"
-    message = _str(err.get("message")) or "The backend reported an error."
+    code = _str(err.get("code"))
+    message = _str(err.get("message"))
     if is_context_overflow(code, message) or is_context_overflow(_str(err.get("type")), ""):
         code = CONTEXT_OVERFLOW
-    return UpstreamError(code, message)
+    elif secrets:
+        code = scrub(code, secrets)
+    if secrets:
+        message = scrub(message, secrets)
+    return UpstreamError(code or "server_error", message or "The backend reported an error.")
 
 
 def _at(obj: dict[str, Any]) -> Any:
