@@ -240,11 +240,9 @@ class Gateway:
             body = {**body, "input": await self.references(body["input"], history, client)}
         # a configured model's own options; the single-backend flags' are the gateway's
         options = self.options if plan.route.spec.name is None else plan.route.options
-        turn = prepare(body, options, history=history)
+        turn = prepare(body, options, history=history, client=client or "")
         self.upstreams.bind(turn, plan, session)
         turn.conversation, turn.new_from = conversation, len(history)
-        if client is not None:
-            turn.client = client
         if authorization and self.settings.forward_authorization:
             turn.headers["Authorization"] = authorization
         return turn
