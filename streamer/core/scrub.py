@@ -8,11 +8,14 @@ is an oracle that teaches the key character by character:
 - Only a whole secret is replaced (by `REDACTED`). A piece of one is not a secret; it is
   passed on as it came.
 - A stream is scrubbed as one text, so a secret split across pieces is still one secret:
-  what leaves is what `window` more characters have followed (the longest secret's length
-  less one: by then any secret that starts in it is complete), a piece kept whole
-  (`PieceScrubber`, for deltas) or cut where the window starts (`StreamScrubber`, for
-  bytes). When something leaves depends only on lengths, never on what it says; the end
-  of the stream lets the rest go as it is (a piece of a secret is not a secret).
+  its end is held back until any secret that could start in what leaves is complete, a
+  piece kept whole (streamer/core/delta_scrub.py, for deltas) or cut there
+  (`StreamScrubber`, for bytes). How much waits (`held_back`) is the open run of token characters at the end (a
+  key is a token: `TOKEN`, RFC 7235's token68, so one lies inside such a run), at most
+  `window`, the longest secret's length less one (all of it, for a secret that is not a
+  token). It depends on lengths and on which characters are token characters, a class
+  fixed for everyone, never on a secret; the end of the stream lets the rest go as it is
+  (a piece of a secret is not a secret).
 - Backend text that the gateway quotes in its own words is scrubbed before it is cut to
   length (`excerpt`): cut first, a secret across the cut could no longer be found.
 """
@@ -21,13 +24,14 @@ from __future__ import annotations
 
 import functools
 import re
-from collections import deque
+import string
 from collections.abc import Iterable, Mapping
 from typing import AnyStr, Generic
 
 REDACTED = "[redacted]"
 MIN_SECRET = 4  # shorter strings would mangle ordinary text and protect nothing
 FRAGMENT = 8  # runs of a secret this long are taken out of recordings (only)
+TOKEN = string.ascii_letters + string.digits + "-._~+/="  # token68: what keys are made of
 
 
 def secrets_of(values: Iterable[str | None]) -> tuple[str, ...]:
@@ -46,8 +50,24 @@ def bearer_token(headers: Mapping[str, str] | None) -> str | None:
 
 
 def window(secrets: tuple[str, ...] | tuple[bytes, ...]) -> int:
-    """How much of a stream is held back: the longest secret less one character."""
+    """The most of a stream held back: the longest secret less one character."""
     return max(map(len, secrets)) - 1
+
+
+def token_chars(secrets: tuple[AnyStr, ...]) -> AnyStr | None:
+    """`TOKEN` (as str or bytes) when every secret is made of it, else None."""
+    raw = secrets[0].__class__ is bytes
+    chars = TOKEN.encode() if raw else TOKEN
+    if all(not s.strip(chars) for s in secrets):  # type: ignore[arg-type]
+        return chars  # type: ignore[return-value]
+    return None
+
+
+def held_back(text: AnyStr, window: int, tokens: AnyStr | None) -> int:
+    """How many characters at the end of `text` must wait: the run of token characters it
+    ends in (no secret reaches past one), at most `window`; with no `tokens`, `window`."""
+    tail = text[-window:]
+    return len(tail) - len(tail.rstrip(tokens)) if tokens is not None else len(tail)
 
 
 def scrub(text: str, secrets: tuple[str, ...]) -> str:
@@ -106,19 +126,20 @@ def _pattern(secrets: tuple[AnyStr, ...]) -> re.Pattern[AnyStr]:
 
 class StreamScrubber(Generic[AnyStr]):
     """One stream of text (or bytes), scrubbed of whole secrets as one text, cut by position:
-    `feed(piece)` returns all but the last `window` characters of what came so far (less
-    what left before), `flush` the rest, as it is. For a stream whose pieces need not stay
+    `feed(piece)` returns what came so far less what left before and what must wait
+    (`held_back`), `flush` the rest, as it is. For a stream whose pieces need not stay
     whole: the raw bytes of a recording, which no client reads, and where `fragments` also
     takes out every run of `FRAGMENT` characters of a secret (in raw bytes, a key the
     backend split across deltas is never whole).
     """
 
-    __slots__ = ("_fragments", "_redacted", "_secrets", "_text", "window")
+    __slots__ = ("_fragments", "_redacted", "_secrets", "_text", "_tokens", "window")
 
     def __init__(self, secrets: tuple[AnyStr, ...], *, fragments: bool = False) -> None:
         self._secrets: tuple[AnyStr, ...] = secrets
         self._fragments = fragments
         self.window = window(secrets)
+        self._tokens: AnyStr | None = token_chars(secrets)
         self._redacted: AnyStr = _marker(secrets[0])
         self._text: AnyStr = secrets[0][:0]  # what is held back
 
@@ -128,7 +149,7 @@ class StreamScrubber(Generic[AnyStr]):
             if secret in text:
                 text = _pattern(self._secrets).sub(self._redacted, text)
                 break
-        cut = len(text) - self.window
+        cut = len(text) - held_back(text, self.window, self._tokens)
         if cut <= 0:
             self._text = text
             return text[:0]
@@ -159,64 +180,18 @@ class StreamScrubber(Generic[AnyStr]):
         return text[:0].join(parts)
 
 
-class PieceScrubber(Generic[AnyStr]):
-    """One stream of pieces, scrubbed of whole secrets as one text, each piece kept whole.
-
-    `feed(pieces)` returns the pieces that may leave now, in order, one for each piece fed
-    (the same object when it is unchanged; a piece that held part of a secret is changed:
-    the marker where the secret starts, nothing of the rest of it). A piece leaves once
-    `window` characters have followed it; `flush` lets the rest go, as they are.
-    """
-
-    __slots__ = ("_held", "_redacted", "_secrets", "_text", "window")
-
-    def __init__(self, secrets: tuple[AnyStr, ...]) -> None:
-        self._secrets: tuple[AnyStr, ...] = secrets
-        self.window = window(secrets)
-        self._redacted: AnyStr = _marker(secrets[0])
-        self._held: deque[AnyStr] = deque()
-        self._text: AnyStr = secrets[0][:0]  # the held pieces, joined
-
-    @property
-    def held(self) -> int:
-        """How many pieces are held back."""
-        return len(self._held)
-
-    def feed(self, pieces: list[AnyStr]) -> list[AnyStr]:
-        self._held.extend(pieces)
-        text = self._text + (pieces[0] if len(pieces) == 1 else self._text[:0].join(pieces))
-        for secret in self._secrets:
-            if secret in text:
-                text = self._redact(text)  # a new deque of held pieces
-                break
-        held = self._held
-        out: list[AnyStr] = []
-        rest = len(text)
-        limit = self.window
-        while held and rest - len(held[0]) >= limit:
-            piece = held.popleft()
-            rest -= len(piece)
-            out.append(piece)
-        self._text = text[len(text) - rest :] if out else text
-        return out
-
-    def flush(self) -> list[AnyStr]:
-        out = list(self._held)
-        self._held.clear()
-        self._text = self._text[:0]
-        return out
-
-    def _redact(self, text: AnyStr) -> AnyStr:
-        """The held pieces with every whole secret in `text` (their join) taken out."""
-        spans = [m.span() for m in _pattern(self._secrets).finditer(text)]
-        pieces: list[AnyStr] = []
-        start = 0
-        for piece in self._held:
-            end = start + len(piece)
-            pieces.append(_cut(piece, text, start, end, spans, self._redacted))
-            start = end
-        self._held = deque(pieces)
-        return text[:0].join(pieces)
+def redact_pieces(pieces: list[str], text: str, secrets: tuple[str, ...]) -> tuple[list[str], str]:
+    """`pieces` (whose join is `text`) with every whole secret in `text` taken out, and their
+    new join: the marker in the piece where a secret starts, nothing of the rest of it; a
+    piece no secret touches is the same object."""
+    spans = [m.span() for m in _pattern(secrets).finditer(text)]
+    out: list[str] = []
+    start = 0
+    for piece in pieces:
+        end = start + len(piece)
+        out.append(_cut(piece, text, start, end, spans, REDACTED))
+        start = end
+    return out, "".join(out)
 
 
 def _marker(like: AnyStr) -> AnyStr:
