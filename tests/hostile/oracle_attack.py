@@ -32,7 +32,7 @@ import string
 import sys
 from collections import Counter
 from collections.abc import AsyncIterator, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any
 
 import aiohttp
@@ -113,7 +113,7 @@ async def gateway(variant: Variant) -> AsyncIterator[str]:
         api_keys=(TENANT_A, TENANT_B) if variant.tenants else (),
         profile_probe=False,
     )
-    runner = web.AppRunner(create_app(replace(settings)), handler_cancellation=True)
+    runner = web.AppRunner(create_app(settings), handler_cancellation=True)
     await runner.setup()
     site = GuardedSite(runner, "127.0.0.1", 0)
     await site.start()
@@ -161,7 +161,9 @@ def held(seen: Any, glue: str, candidate: str) -> bool:
     and came out as it was or as a marker."""
     lengths, text = seen
     marked = text.endswith(f" {glue}[redacted]")
-    return bool(glue) and lengths[-2] == len(glue) and (lengths[-1] == len(candidate) or marked)
+    if not glue or len(lengths) < 2:
+        return False
+    return lengths[-2] == len(glue) and (lengths[-1] == len(candidate) or marked)
 
 
 async def attack(variant: Variant, budget: int) -> Result:
@@ -231,7 +233,8 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     for r in results:
         keys = ", ".join(
-            f"{key[:12]}…: {n} of {len(key) - len(r.variant.start)} by turn {turns_to(r, key)}"
+            f"{key[:12]}…: {n} of {len(key) - len(r.variant.start)}"
+            + (f" by turn {turns_to(r, key)}" if n else "")
             for key, n in r.learnt.items()
         )
         print(
