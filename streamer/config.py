@@ -173,6 +173,15 @@ SETTINGS: tuple[Setting, ...] = (
         int,
     ),
     Setting(
+        "--max-json-values",
+        "max_json_values",
+        1_000_000,
+        "Most JSON values (arrays, objects, scalars; an empty array or object counts two) in "
+        "one request body or WebSocket message, counted before it is parsed (400 beyond); "
+        "bodies of up to 1.5 times as many bytes are never counted.",
+        int,
+    ),
+    Setting(
         "--client-header-timeout",
         "client_header_timeout",
         10.0,
@@ -503,6 +512,7 @@ class Settings:
     max_tool_bytes: int = 2 * 1024 * 1024
     max_input_items: int = 10_000
     max_body_bytes: int = 32 * 1024 * 1024
+    max_json_values: int = 1_000_000
     client_header_timeout: float = 10.0
     client_body_timeout: float = 60.0
     max_client_connections: int = 0
