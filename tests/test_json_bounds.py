@@ -9,6 +9,7 @@ anywhere), and orjson's own limits, which the module's constants restate, are pi
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any
 
 import orjson
@@ -17,8 +18,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from streamer.core import json_bounds as jb
+from streamer.core.client_tools import SHELL
+from streamer.core.deltas import ForeignEvent, UpstreamError, WholeItem
 from streamer.core.errors import RequestError
-from streamer.core.json_bounds import MAX_DEPTH
+from streamer.core.json_bounds import MAX_DEPTH, MAX_ITEM_DEPTH
+from streamer.core.output_items import json_object, local_shell_action
+from streamer.recorder import ExchangeRecorder
+from streamer.upstream.chat.decoder import INVALID_CHUNK
+from streamer.upstream.responses.decoder import ResponsesEventDecoder, decode_response_body
 
 TRICKY = st.text(alphabet=st.sampled_from(list('ab",[]{}:\\ \n\t\u00e9\u4e16')), max_size=12)
 SCALARS = st.one_of(
@@ -201,3 +208,55 @@ def test_the_value_cap(raw: bytes) -> None:
         jb.loads(raw, max_values=count - 1)
     assert caught.value.status == 400 and caught.value.code == "too_many_json_values"
     assert f"{count:,} values" in caught.value.message
+
+
+# -- a backend's JSON, passed on -----------------------------------------------------------
+
+
+def nested_list(levels: int) -> Any:
+    return orjson.loads(b"[" * levels + b"]" * levels)
+
+
+def test_loads_within_refuses_as_invalid_json_what_is_too_deep() -> None:
+    assert jb.loads_within("[" * MAX_ITEM_DEPTH + "]" * MAX_ITEM_DEPTH) == nested_list(
+        MAX_ITEM_DEPTH
+    )
+    for text in ("[" * (MAX_ITEM_DEPTH + 1) + "]" * (MAX_ITEM_DEPTH + 1), "[" * 2000):
+        with pytest.raises(orjson.JSONDecodeError):
+            jb.loads_within(text)
+    assert jb.loads_within(b'"x"') == "x" and jb.loads_within("1") == 1
+
+
+def test_a_models_arguments_too_deep_for_an_item_take_the_not_json_way() -> None:
+    deep = "[" * 300 + "]" * 300
+    assert json_object(deep) == {"query": deep}  # tool_search: the raw text
+    assert SHELL.call_fields('{"commands": ' + deep + "}") == {"action": {"commands": []}}
+    assert local_shell_action('{"command": ' + deep + "}")["command"] == []
+
+
+def responses_events(*events: bytes) -> list[Any]:
+    return ResponsesEventDecoder().decode(list(events))
+
+
+def test_a_foreign_item_or_event_past_max_item_depth_is_a_clear_upstream_error() -> None:
+    for levels, passes in ((MAX_ITEM_DEPTH - 1, True), (MAX_ITEM_DEPTH, False), (600, False)):
+        item = b'{"type":"vendor_thing","data":' + b"[" * levels + b"]" * levels + b"}"
+        done = b'data: {"type":"response.output_item.done","output_index":0,"item":' + item + b"}"
+        vendor = b'data: {"type":"response.vendor","x":' + b"[" * levels + b"]" * levels + b"}"
+        body = b'{"object":"response","status":"completed","output":[' + item + b"]}"
+        for out in (responses_events(done), responses_events(vendor), decode_response_body(body)):
+            if passes:
+                assert isinstance(out[0], WholeItem | ForeignEvent), out
+                continue
+            assert isinstance(out[-1], UpstreamError) and out[-1].code == INVALID_CHUNK, out
+            assert f"more than {MAX_ITEM_DEPTH} levels" in out[-1].message
+
+
+def test_the_recorder_writes_a_line_for_what_it_cannot_serialise(tmp_path: Path) -> None:
+    recorder = ExchangeRecorder(tmp_path / "r.jsonl")
+    recorder.client_request(nested_list(300))  # never raises into the turn
+    recorder.backend_request({"ok": True})
+    recorder.close()
+    lines = [orjson.loads(line) for line in (tmp_path / "r.jsonl").read_bytes().splitlines()]
+    assert [line["kind"] for line in lines] == ["client_request", "backend_request"]
+    assert "unrecorded" in lines[0] and lines[1]["body"] == {"ok": True}

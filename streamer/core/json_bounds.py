@@ -21,7 +21,9 @@ C-speed passes, never by a walk of the parsed value:
   before anything is parsed.
 
 `deep_path` and `value_count` are the exact answers the fast checks bound (read only on
-the way to a 400); `too_deep` checks a value parsed already (a backend's JSON).
+the way to a 400). A backend's JSON that the gateway passes on (an output item, an event,
+a call's arguments) must fit `MAX_ITEM_DEPTH`, so that a client can send it back:
+`too_deep` checks a value parsed already, `loads_within` parses one.
 """
 
 from __future__ import annotations
@@ -40,6 +42,8 @@ SERIALISABLE_DEPTH = 254  # orjson.dumps: "Recursion limit reached" beyond
 # the rest room for more. tests/hostile/test_hostile_json.py sends MAX_DEPTH everywhere.
 WRAPPING = 14
 MAX_DEPTH = SERIALISABLE_DEPTH - WRAPPING
+# An output item (or event) from a backend: what a client may send back in `input`.
+MAX_ITEM_DEPTH = MAX_DEPTH - 2
 MAX_VALUES = 1_000_000  # --max-json-values: ~70-100 MB and ~0.1 s of parsing at most
 
 _SHORT = 2 * (MAX_DEPTH + 1)  # below this many bytes (or characters) no body is too deep
@@ -115,6 +119,17 @@ def too_deep(value: Any, limit: int) -> bool:
     except orjson.JSONEncodeError:
         return True
     return False
+
+
+def loads_within(data: Raw, limit: int = MAX_ITEM_DEPTH) -> Any:
+    """`orjson.loads` of JSON the gateway will serialise again inside its own (a model's
+    tool arguments): nested deeper than `limit`, it raises `orjson.JSONDecodeError` as
+    JSON that could not be read does, so that it takes the same way out."""
+    value = orjson.loads(data)
+    if value.__class__ in (dict, list) and too_deep(value, limit):
+        text = data if isinstance(data, str) else bytes(data).decode("utf-8", "replace")
+        raise orjson.JSONDecodeError(f"nested deeper than {limit} levels", text, 0)
+    return value
 
 
 def _deep(raw: Raw) -> RequestError:

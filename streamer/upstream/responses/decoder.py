@@ -11,7 +11,10 @@ backend spells them (flat, `ns.name`, or split into `namespace` and `name`, join
 (hosted tool calls, item types this gateway does not know) whole, at its
 `output_item.done`, as a `WholeItem`. `response.completed` / `incomplete` / `failed` end it
 with usage and a finish reason or an error; an `error` event is an `UpstreamError`.
-Unknown event types are skipped (their items still arrive whole at `output_item.done`).
+Event types the gateway does not know pass on as they came (`ForeignEvent`; their items
+still arrive whole at `output_item.done`). An item or event passed on must fit
+`MAX_ITEM_DEPTH` (core/json_bounds.py: what a client can send back, what the gateway's
+events can hold); one nested deeper fails the turn as malformed, naming why.
 
 `ResponsesDecoder` is `ChatDecoder`'s batching and end-of-body rules over it, with the
 framing of framing.py (raw events) and the learnt per-token shapes of event_shapes.py.
@@ -37,6 +40,7 @@ from streamer.core.deltas import (
     Usage,
     WholeItem,
 )
+from streamer.core.json_bounds import MAX_ITEM_DEPTH, too_deep
 from streamer.core.response import new_id
 from streamer.core.sse import SSEMessage
 from streamer.upstream.chat.decoder import INVALID_CHUNK, payload_error
@@ -231,7 +235,12 @@ class ResponsesEventDecoder:
         elif kind == "error" or (kind is None and ("error" in obj or obj.get("object") == "error")):
             out.append(_error(obj))
         elif isinstance(kind, str) and kind not in _KNOWN:
-            out.append(ForeignEvent({k: v for k, v in obj.items() if k != "sequence_number"}))
+            event = {k: v for k, v in obj.items() if k != "sequence_number"}
+            out.append(
+                _too_deep("an event", kind)
+                if too_deep(event, MAX_ITEM_DEPTH)
+                else ForeignEvent(event)
+            )
 
     # -- calls --------------------------------------------------------------------------
 
@@ -281,6 +290,8 @@ class ResponsesEventDecoder:
             blob = item.get("encrypted_content")
             if isinstance(blob, str) and blob:
                 out.append(ReasoningBlob(blob))
+        elif too_deep(item, MAX_ITEM_DEPTH):  # it could not be serialised, nor sent back
+            out.append(_too_deep("an output item", kind))
         else:  # a hosted call, or an item type this gateway does not know: whole
             out.append(WholeItem({**item, "id": new_id(_prefix(item))}))
 
@@ -364,6 +375,8 @@ def decode_response_body(raw: bytes | bytearray) -> list[Delta]:
     for at, item in enumerate(body.get("output") or ()):
         if isinstance(item, dict):
             decoder._done({"item": item, "output_index": at}, out)
+            if out and out[-1].__class__ is UpstreamError:
+                return out
     status = body.get("status")
     kind = {"failed": "response.failed", "incomplete": "response.incomplete"}.get(
         status if isinstance(status, str) else "", "response.completed"
@@ -383,6 +396,16 @@ def decode_usage(usage: dict[str, Any]) -> Usage:
         output_tokens=_int(usage.get("output_tokens")),
         cached_tokens=_int(inputs.get("cached_tokens")),
         reasoning_tokens=_int(outputs.get("reasoning_tokens")),
+    )
+
+
+def _too_deep(what: str, kind: Any) -> UpstreamError:
+    """A backend's item or event the gateway cannot pass on: nested deeper than a client
+    could send it back (and than the gateway's own events can hold)."""
+    return UpstreamError(
+        INVALID_CHUNK,
+        f"The backend sent {what} of type {str(kind)[:_SNIPPET]!r} nested more than "
+        f"{MAX_ITEM_DEPTH} levels deep, which the gateway cannot pass on.",
     )
 
 
