@@ -18,11 +18,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from streamer.core import json_bounds as jb
+from streamer.core.call_kinds import json_object, local_shell_action
 from streamer.core.client_tools import SHELL
-from streamer.core.deltas import ForeignEvent, UpstreamError, WholeItem
+from streamer.core.deltas import Annotation, ForeignEvent, ItemAdded, UpstreamError, WholeItem
 from streamer.core.errors import RequestError
 from streamer.core.json_bounds import MAX_DEPTH, MAX_ITEM_DEPTH
-from streamer.core.output_items import json_object, local_shell_action
 from streamer.recorder import ExchangeRecorder
 from streamer.upstream.chat.decoder import INVALID_CHUNK
 from streamer.upstream.responses.decoder import ResponsesEventDecoder, decode_response_body
@@ -244,9 +244,20 @@ def test_a_foreign_item_or_event_past_max_item_depth_is_a_clear_upstream_error()
         done = b'data: {"type":"response.output_item.done","output_index":0,"item":' + item + b"}"
         vendor = b'data: {"type":"response.vendor","x":' + b"[" * levels + b"]" * levels + b"}"
         body = b'{"object":"response","status":"completed","output":[' + item + b"]}"
-        for out in (responses_events(done), responses_events(vendor), decode_response_body(body)):
+        added = done.replace(b"output_item.done", b"output_item.added")
+        deep = b"[" * (levels - 4) + b"]" * (levels - 4)  # under item, content, part, list
+        note = b'data: {"type":"response.output_text.annotation.added","output_index":0,'
+        note += b'"annotation":{"type":"url_citation","x":' + deep + b"}}"
+        message = b'{"type":"message","content":[{"type":"output_text","text":"t","annotations":'
+        message += b'[{"type":"url_citation","x":' + deep + b"}]}]}"
+        whole = b'data: {"type":"response.output_item.done","output_index":0,"item":' + message
+        cases = [done, vendor, added, note, whole + b"}"]
+        for out in [*map(responses_events, cases), decode_response_body(body)]:
             if passes:
-                assert isinstance(out[0], WholeItem | ForeignEvent), out
+                assert not any(isinstance(d, UpstreamError) for d in out), out
+                assert any(
+                    isinstance(d, WholeItem | ForeignEvent | ItemAdded | Annotation) for d in out
+                )
                 continue
             assert isinstance(out[-1], UpstreamError) and out[-1].code == INVALID_CHUNK, out
             assert f"more than {MAX_ITEM_DEPTH} levels" in out[-1].message
