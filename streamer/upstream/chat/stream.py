@@ -81,7 +81,6 @@ class ChatDecoder:
         self,
         idle_timeout: float = 300,
         first_byte_timeout: float | None = None,
-        *,
         secrets: tuple[str, ...] = (),
     ) -> None:
         self._secrets = secrets  # the payload decoder takes them out of the backend's errors
