@@ -390,8 +390,9 @@ SETTINGS: tuple[Setting, ...] = (
         "--ws-max-queued-bytes",
         "ws_max_queued_bytes",
         32 * 1024 * 1024,
-        "Largest total size of the frames one WebSocket holds queued or running "
-        "(beyond: an error event, the frame is dropped).",
+        "Most memory the frames one WebSocket holds queued or running may take, each "
+        "charged what it holds once parsed (worked out from its text before parsing; "
+        "beyond: an error event, the frame is dropped unparsed).",
         int,
     ),
     Setting(
