@@ -17,6 +17,7 @@ from streamer.models_config import ConfigError, ModelsConfig, ModelSpec, load, s
 from streamer.pipeline import TurnOptions
 from streamer.upstream.body_budget import ByteBudget
 from streamer.upstream.chat.profiles import PROFILES, lowering_options
+from streamer.upstream.http1.connection_limit import OpenConnections
 from streamer.upstream.responses.profiles import backend_tools
 from streamer.upstream.router import Router
 
@@ -75,14 +76,19 @@ def model_options(base: TurnOptions, settings: Settings, spec: ModelSpec) -> Tur
 
 
 def build_router(
-    settings: Settings, config: ModelsConfig, base: TurnOptions, secrets: tuple[str | None, ...]
+    settings: Settings,
+    config: ModelsConfig,
+    base: TurnOptions,
+    secrets: tuple[str | None, ...],
+    open_connections: OpenConnections | None = None,
 ) -> Router:
-    """The router over `config`: one client per replica, one JSON budget for all."""
+    """The router over `config`: one client per replica, one JSON budget for all, and one
+    cap on the backend connections open (`open_connections`, from the fd budget)."""
     budget = ByteBudget(settings.max_backend_json_bytes)
     keys = (*secrets, *(spec.api_key for spec in config.models))
 
     def build(spec: ModelSpec, url: str) -> Any:
-        return chat_backend(settings, spec, url, budget, keys)
+        return chat_backend(settings, spec, url, budget, keys, open_connections)
 
     return Router(
         config,
@@ -100,6 +106,7 @@ def chat_backend(
     url: str,
     budget: ByteBudget,
     secrets: tuple[str | None, ...],
+    open_connections: OpenConnections | None = None,
 ) -> Any:
     from streamer.gateway import backend_profile
     from streamer.redact import RedactingUpstream
@@ -120,6 +127,7 @@ def chat_backend(
         proxy=proxy,
         keepalive=settings.upstream_keepalive,
         client_pools=settings.upstream_client_pools,
+        open_connections=open_connections,
     )
     chat.max_json_body = 4 * settings.max_output_bytes  # see JSON_BODY_LIMIT
     profile = replace(settings, backend_profile=spec.profile or settings.backend_profile)
