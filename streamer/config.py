@@ -104,6 +104,15 @@ SETTINGS: tuple[Setting, ...] = (
         int,
     ),
     Setting(
+        "--upstream-max-open-connections",
+        "upstream_max_open_connections",
+        0,
+        "Most backend connections open at once in each process, every backend together, "
+        "idle ones included; at the cap the one idle longest is closed, else a request "
+        "waits for one (0: its share of the open-file limit, see Open files).",
+        int,
+    ),
+    Setting(
         "--upstream-ca-file",
         "upstream_ca_file",
         None,
@@ -192,7 +201,8 @@ SETTINGS: tuple[Setting, ...] = (
         "max_client_connections",
         0,
         "Most open client connections; at the cap the one waiting longest for a request "
-        "head is evicted, else the newcomer refused (0: 3/4 of the open-file limit).",
+        "head is evicted, else the newcomer refused (0: its share of the open-file limit, "
+        "see Open files).",
         int,
     ),
     Setting(
@@ -433,6 +443,22 @@ SETTINGS: tuple[Setting, ...] = (
         float,
     ),
     Setting(
+        "--background-max-turns",
+        "background_max_turns",
+        0,
+        "Most background turns running at once in each process; beyond, a create is a 429 "
+        "with retry-after (0: half the backend connections, see Open files).",
+        int,
+    ),
+    Setting(
+        "--background-max-per-client",
+        "background_max_per_client",
+        0,
+        "Most background turns one client (API key) runs at once in each process; beyond, "
+        "a 429 with retry-after (0: a quarter of --background-max-turns).",
+        int,
+    ),
+    Setting(
         "--state-key-file",
         "state_key_file",
         None,
@@ -490,6 +516,7 @@ class Settings:
     upstream_proxy: str | None = None
     upstream_connect_timeout: float = 10.0
     upstream_max_connections: int = 0
+    upstream_max_open_connections: int = 0
     upstream_ca_file: str | None = None
     forward_authorization: bool = False
     upstream_keepalive: bool = True
@@ -540,6 +567,8 @@ class Settings:
     store_timeout: float = 2.0
     background_store_wait: float = 10.0
     background_cancel_wait: float = 5.0
+    background_max_turns: int = 0
+    background_max_per_client: int = 0
     state_key_file: str | None = None
     tap_dir: str | None = None
     shutdown_grace: float = 30.0
