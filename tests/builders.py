@@ -176,7 +176,7 @@ async def gateway_process(
     *args: str,
     env: dict[str, str] | None = None,
     graceful: bool = False,
-    nofile: int | None = None,
+    nofile: int | tuple[int, int] | None = None,
 ) -> AsyncIterator[GatewayProcess]:
     """`python -m streamer serve *args`, ready (/healthz answers) until the block ends.
 
@@ -184,7 +184,7 @@ async def gateway_process(
     unless the arguments or `env` name one; `--host` is never added (the default is
     loopback). At the end a running process is killed, or with `graceful` sent SIGTERM
     first (so what it writes while shutting down is in its log too). `nofile`: its open-file
-    limit, soft and hard (as `prlimit --nofile=N:N`).
+    limit, soft and hard (as `prlimit --nofile=N:N`), or a (soft, hard) pair.
     """
     environ = {k: v for k, v in os.environ.items() if not k.startswith("STREAMER_")}
     environ.update(env or {})
@@ -215,11 +215,12 @@ async def gateway_process(
         await _stop(proc, graceful)
 
 
-def _open_files(limit: int) -> Callable[[], None]:
-    """A preexec_fn that sets the child's RLIMIT_NOFILE to `limit`, soft and hard."""
+def _open_files(limit: int | tuple[int, int]) -> Callable[[], None]:
+    """A preexec_fn that sets the child's RLIMIT_NOFILE to `limit` (soft and hard)."""
+    soft, hard = limit if isinstance(limit, tuple) else (limit, limit)
 
     def preexec() -> None:
-        resource.setrlimit(resource.RLIMIT_NOFILE, (limit, limit))
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
 
     return preexec
 

@@ -173,3 +173,21 @@ async def test_caps_per_client_and_in_all_free_up_when_a_turn_ends(
             await sdk.close()
     lines = [r.getMessage() for r in caplog.records if "at their cap" in r.getMessage()]
     assert len(lines) == 2 and "in all" in lines[1], lines
+
+
+async def test_the_gateway_raises_its_soft_open_file_limit(tmp_path: Path) -> None:
+    """Started with 512 of a hard 2,048, it serves with 2,048 (as servers do), and the
+    budget is shared out of those: the front door admits more than 512 could hold."""
+    from streamer.fd_budget import split
+
+    async with (
+        gateway_process(tmp_path / "gateway.log", nofile=(512, 2048)) as gw,
+        aiohttp.ClientSession() as http,
+        http.get(f"{gw.origin}/healthz") as resp,
+    ):
+        limits = Path(f"/proc/{gw.process.pid}/limits").read_text()
+        health = await resp.json()
+    (line,) = [x for x in limits.splitlines() if x.startswith("Max open files")]
+    assert line.split()[3:5] == ["2048", "2048"], line
+    # the embedded model (no --upstream): both ends of a backend connection are its own
+    assert health["connections"]["capacity"] == split(2048, backend_fds=2).clients > 512
