@@ -1,7 +1,7 @@
 """Every `streamer serve` setting in one table: flag, environment variable, default.
 
-The CLI builds its parser from `SETTINGS`, and the README's settings table is the
-same list, so a setting exists in exactly one place.
+The CLI builds its parser from `SETTINGS`, and the settings table in docs/settings.md is
+the same list, so a setting exists in exactly one place.
 """
 
 from __future__ import annotations
@@ -109,7 +109,7 @@ SETTINGS: tuple[Setting, ...] = (
         0,
         "Most backend connections open at once in each process, every backend together, "
         "idle ones included; at the cap the one idle longest is closed, else a request "
-        "waits for one (0: its share of the open-file limit, see Open files).",
+        "waits for one (0: its share of the open-file limit, docs/security.md#open-files).",
         int,
     ),
     Setting(
@@ -202,7 +202,7 @@ SETTINGS: tuple[Setting, ...] = (
         0,
         "Most open client connections; at the cap the one waiting longest for a request "
         "head is evicted, else the newcomer refused (0: its share of the open-file limit, "
-        "see Open files).",
+        "docs/security.md#open-files).",
         int,
     ),
     Setting(
@@ -447,7 +447,7 @@ SETTINGS: tuple[Setting, ...] = (
         "background_max_turns",
         0,
         "Most background turns running at once in each process; beyond, a create is a 429 "
-        "with retry-after (0: half the backend connections, see Open files).",
+        "with retry-after (0: half the backend connections, docs/security.md#open-files).",
         int,
     ),
     Setting(
@@ -639,7 +639,7 @@ def settings_from(args: argparse.Namespace) -> Settings:
 
 
 def settings_table(rows: Sequence[Setting] = SETTINGS) -> str:
-    """The README's settings table (Markdown)."""
+    """The settings table of docs/settings.md (Markdown)."""
     lines = ["| flag | environment | default | meaning |", "|---|---|---|---|"]
     for s in rows:
         default = "" if s.default in (None, ()) else f"`{s.default}`"
