@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed
 HOST ?= 127.0.0.1
 PORT ?= 8080
 
-.PHONY: lock run test test-backends compliance llamacpp lint format install codex aisdk redis bench bench-quick soak fuzz clean
+.PHONY: lock run test test-backends compliance llamacpp lint format install codex aisdk agentsjs redis bench bench-quick soak fuzz clean
 
 $(STAMP): pyproject.toml requirements.lock
 	$(PY) -m venv $(VENV)
@@ -48,6 +48,9 @@ codex:
 
 aisdk:
 	bash scripts/install-aisdk.sh
+
+agentsjs:
+	bash scripts/install-agentsjs.sh
 
 llamacpp:
 	bash scripts/build-llamacpp.sh
