@@ -30,6 +30,7 @@ from streamer.core.deltas import (
 from streamer.core.scrub import (
     REDACTED,
     TOKEN,
+    WINDOW_FLOOR,
     StreamScrubber,
     excerpt,
     secrets_of,
@@ -72,10 +73,12 @@ def test_every_cut_in_three_scrubs_like_the_whole(text: str) -> None:
 
 
 def test_a_piece_leaves_once_the_window_has_followed_it_and_the_end_lets_all_go() -> None:
-    assert DeltaScrubber(SECRETS).window == len(KEY) - 1
-    pieces = ["hello-", "sk-te", "a" * (len(KEY) - 1 - 5), "x" * 5]  # one token: no cut in it
-    assert pieces_through(pieces) == [[], [], ["hello-"], ["sk-te"], ["a" * 16, "x" * 5]]
-    # a start of a key, not a key: as it came, when 21 characters have followed it
+    window = DeltaScrubber(SECRETS).window
+    assert window == WINDOW_FLOOR > len(KEY)  # the same for every key up to that length
+    assert DeltaScrubber(secrets_of(("k" * 400,))).window == 399
+    pieces = ["hello-", "sk-te", "a" * (window - 5), "x" * 5]  # one token: no cut in it
+    assert pieces_through(pieces) == [[], [], ["hello-"], ["sk-te"], ["a" * (window - 5), "x" * 5]]
+    # a start of a key, not a key: as it came, when the stream ends
     assert pieces_through([f"the end: {KEY[:12]}"]) == [[], [f"the end: {KEY[:12]}"]]
 
 
@@ -94,8 +97,8 @@ def test_what_waits_is_the_open_token_run_at_most_the_window() -> None:
     odd = secrets_of(("key with spaces",))  # not a token: the whole window waits
     assert pieces_through(["Hello", " world, and more"], odd) == [
         [],
-        ["Hello"],
-        [" world, and more"],
+        [],
+        ["Hello", " world, and more"],  # the end lets all go
     ]
 
 

@@ -49,9 +49,15 @@ def bearer_token(headers: Mapping[str, str] | None) -> str | None:
     return None
 
 
+# The least a long token run waits, whatever the keys: a window of the longest key's length
+# would tell a client how long the key is (feed one long token, see when it leaves).
+WINDOW_FLOOR = 255
+
+
 def window(secrets: tuple[str, ...] | tuple[bytes, ...]) -> int:
-    """The most of a stream held back: the longest secret less one character."""
-    return max(map(len, secrets)) - 1
+    """The most of a stream held back: WINDOW_FLOOR, or the longest secret less one
+    character when that is more (a key that long is caught whole all the same)."""
+    return max(WINDOW_FLOOR, max(map(len, secrets)) - 1)
 
 
 def token_chars(secrets: tuple[AnyStr, ...]) -> AnyStr | None:
