@@ -88,6 +88,9 @@ class LoweringOptions:
     """Optional Chat parameters the backend takes (`request_fields.OPTIONAL_PARAMS`)."""
     profile: str = ""
     """The backend profile's name, for messages."""
+    max_output_tokens: int | None = None
+    """The model's output token limit when the request gives none (`max_output_tokens` in
+    `--config` or `--model-metadata`): sent by the kinds that require one (Anthropic's)."""
 
 
 def lower(

@@ -1,0 +1,307 @@
+"""A Messages backend's event stream -> model deltas (pure).
+
+`MessagesEventDecoder` reads the `data:` payloads of a streamed Message (each a JSON
+object with its `type`) into the one delta vocabulary:
+- `message_start`: its usage (input and cache tokens) kept;
+- `content_block_start` / `_delta` / `_stop`: `text_delta` -> `TextDelta`;
+  `thinking_delta` -> `ReasoningDelta`; `tool_use` blocks -> `ToolCallDelta`s keyed by the
+  call's own index (the block's `id` and `name`, then each `input_json_delta`; an input
+  given whole in the start, or none, at the stop); a thinking block's `signature_delta`s and
+  a `redacted_thinking` block's `data` are kept, and at each such block's stop one
+  `ReasoningBlob` carries every thinking block of the answer so far (blocks.py), for the
+  streamer to seal;
+- `message_delta`: the stop reason (`end_turn`, `stop_sequence`, `pause_turn` -> stop;
+  `tool_use` -> tool_calls; `max_tokens`, `model_context_window_exceeded` -> length, an
+  incomplete response; `refusal` -> content_filter) and the usage so far (input tokens
+  with the cache reads and writes, the reads as `cached_tokens`, thinking tokens as
+  reasoning tokens);
+- `message_stop` ends it; `ping` is nothing; `error` is an `UpstreamError` (errors.py).
+Unknown event and block types (server tools the gateway never declares) are skipped.
+
+`MessagesDecoder` is `ChatDecoder`'s batching and end-of-body rules over it, with the
+Responses framing (`event:` + `data:` events cut whole); `decode_message_body` reads a
+whole (non-streamed) Message as the deltas its stream would have carried.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+
+from streamer.core.deltas import (
+    Delta,
+    Finish,
+    ReasoningBlob,
+    ReasoningDelta,
+    TextDelta,
+    ToolCallDelta,
+    UpstreamError,
+    Usage,
+)
+from streamer.core.sse import SSEMessage
+from streamer.upstream.anthropic.blocks import ThinkingRun, thinking_blob
+from streamer.upstream.anthropic.errors import error_body, stream_error
+from streamer.upstream.chat.decoder import INVALID_CHUNK
+from streamer.upstream.chat.stream import FIRST_BATCH, ChatDecoder
+from streamer.upstream.responses.framing import EventFraming, event_data, event_messages
+
+_loads = orjson.loads
+STOP_REASONS = {
+    "end_turn": "stop",
+    "stop_sequence": "stop",
+    "pause_turn": "stop",  # the gateway runs no server tools: the answer so far
+    "tool_use": "tool_calls",
+    "max_tokens": "length",
+    "model_context_window_exceeded": "length",
+    "refusal": "content_filter",
+}
+_USAGE_KEYS = (
+    "input_tokens",
+    "output_tokens",
+    "cache_creation_input_tokens",
+    "cache_read_input_tokens",
+)
+_THINKING = ("thinking", "redacted_thinking")
+_SNIPPET = 120
+
+
+class MessagesEventDecoder:
+    """One Message stream's events. `done`: `message_stop` came; `finished`: the answer is
+    whole (its stop reason came)."""
+
+    __slots__ = ("_after", "_blocks", "_calls", "_run", "_runs", "_usage", "done", "finished")
+
+    def __init__(self) -> None:
+        self.done = False
+        self.finished = False
+        # per block index: [type, own call index | thinking text, signature | data, ...]
+        self._blocks: dict[int, dict[str, Any]] = {}
+        self._calls = 0
+        self._usage: dict[str, int] = {}
+        self._runs: list[ThinkingRun] = []  # thinking runs closed by a tool_use since
+        self._run: list[dict[str, Any]] = []  # the run of thinking blocks open now
+        self._after: str | None = None  # the id of the last tool_use block
+
+    def decode(self, messages: list[bytes | SSEMessage]) -> list[Delta]:
+        """The deltas of a batch of events; stops after an error or `message_stop`."""
+        out: list[Delta] = []
+        for message in messages:
+            if self.done:
+                break
+            if isinstance(message, SSEMessage):
+                if self._one(message.data, out):
+                    break
+                continue
+            data = event_data(message)
+            if data is not None:
+                if self._one(data, out):
+                    break
+            elif any(self._one(m.data, out) for m in event_messages(message)):
+                break
+        return out
+
+    def _one(self, data: bytes | str, out: list[Delta]) -> bool:
+        """One event's payload; True: stop (an error)."""
+        try:
+            obj = _loads(data)
+        except orjson.JSONDecodeError:
+            text = data[: _SNIPPET * 4]
+            text = (text.decode("utf-8", "replace") if isinstance(text, bytes) else text)[:_SNIPPET]
+            out.append(UpstreamError(INVALID_CHUNK, f"The backend sent malformed JSON: {text!r}"))
+            self.done = True
+            return True
+        if obj.__class__ is dict:
+            self.event(obj, out)
+        if out and out[-1].__class__ is UpstreamError:
+            self.done = True
+            return True
+        return False
+
+    def event(self, obj: dict[str, Any], out: list[Delta]) -> None:
+        kind = obj.get("type")
+        if kind == "content_block_delta":
+            self._delta(obj, out)
+        elif kind == "content_block_start":
+            self._start(obj, out)
+        elif kind == "content_block_stop":
+            self._stop(obj, out)
+        elif kind == "message_start":
+            message = obj.get("message")
+            if isinstance(message, dict):
+                self._count(message.get("usage"))
+        elif kind == "message_delta":
+            self._message_delta(obj, out)
+        elif kind == "message_stop":
+            self.done = self.finished = True
+        elif kind == "error":
+            out.append(stream_error(obj))
+
+    # -- content blocks -----------------------------------------------------------------
+
+    def _start(self, obj: dict[str, Any], out: list[Delta]) -> None:
+        index, block = obj.get("index"), obj.get("content_block")
+        if not isinstance(index, int) or not isinstance(block, dict):
+            return
+        kind = block.get("type")
+        if kind == "text":
+            self._close_run()
+            text = block.get("text")
+            if isinstance(text, str) and text:
+                out.append(TextDelta(text))
+        elif kind == "thinking":
+            text = _str(block.get("thinking"))
+            self._blocks[index] = {"type": kind, "thinking": text, "signature": ""}
+            self._blocks[index]["signature"] = _str(block.get("signature"))
+            if text:
+                out.append(ReasoningDelta(text))
+        elif kind == "redacted_thinking":
+            self._blocks[index] = {"type": kind, "data": _str(block.get("data"))}
+        elif kind == "tool_use":
+            self._close_run()
+            own = self._calls
+            self._calls += 1
+            call_id = _str(block.get("id")) or None
+            self._blocks[index] = {"type": kind, "own": own, "id": call_id, "args": False}
+            self._blocks[index]["input"] = block.get("input")
+            out.append(ToolCallDelta(own, call_id, _str(block.get("name"))))
+
+    def _delta(self, obj: dict[str, Any], out: list[Delta]) -> None:
+        delta = obj.get("delta")
+        if not isinstance(delta, dict):
+            return
+        kind = delta.get("type")
+        if kind == "text_delta":
+            text = delta.get("text")
+            if isinstance(text, str) and text:
+                out.append(TextDelta(text))
+            return
+        block = self._blocks.get(obj.get("index"))  # type: ignore[arg-type]
+        if block is None:
+            return
+        if kind == "input_json_delta" and block["type"] == "tool_use":
+            piece = delta.get("partial_json")
+            if isinstance(piece, str) and piece:
+                block["args"] = True
+                out.append(ToolCallDelta(block["own"], arguments=piece))
+        elif kind == "thinking_delta" and block["type"] == "thinking":
+            text = delta.get("thinking")
+            if isinstance(text, str) and text:
+                block["thinking"] += text
+                out.append(ReasoningDelta(text))
+        elif kind == "signature_delta" and block["type"] == "thinking":
+            block["signature"] += _str(delta.get("signature"))
+
+    def _stop(self, obj: dict[str, Any], out: list[Delta]) -> None:
+        block = self._blocks.pop(obj.get("index"), None)  # type: ignore[arg-type]
+        if block is None:
+            return
+        kind = block.pop("type")
+        if kind in _THINKING:
+            self._run.append({"type": kind, **block})
+            out.append(ReasoningBlob(thinking_blob([*self._runs, self._current()])))
+        elif kind == "tool_use":
+            if not block["args"]:  # an input given whole, or none
+                given = block["input"]
+                whole = orjson.dumps(given).decode() if isinstance(given, dict) else "{}"
+                out.append(ToolCallDelta(block["own"], arguments=whole))
+            self._after = block["id"]
+
+    def _current(self) -> ThinkingRun:
+        return ThinkingRun(self._after, tuple(self._run))
+
+    def _close_run(self) -> None:
+        if self._run:
+            self._runs.append(self._current())
+            self._run = []
+
+    # -- the end ------------------------------------------------------------------------
+
+    def _message_delta(self, obj: dict[str, Any], out: list[Delta]) -> None:
+        self._count(obj.get("usage"))
+        if self._usage:
+            out.append(self.usage())
+        delta = obj.get("delta")
+        reason = delta.get("stop_reason") if isinstance(delta, dict) else None
+        if isinstance(reason, str) and reason:
+            self.finished = True
+            finish = STOP_REASONS.get(reason, "stop")
+            out.append(Finish("tool_calls" if finish == "stop" and self._calls else finish))
+
+    def _count(self, usage: Any) -> None:
+        if not isinstance(usage, dict):
+            return
+        for key in _USAGE_KEYS:
+            value = usage.get(key)
+            if isinstance(value, int) and not isinstance(value, bool):
+                self._usage[key] = value
+        details = usage.get("output_tokens_details")
+        thinking = details.get("thinking_tokens") if isinstance(details, dict) else None
+        if isinstance(thinking, int) and not isinstance(thinking, bool):
+            self._usage["thinking_tokens"] = thinking
+
+    def usage(self) -> Usage:
+        u = self._usage
+        read, write = u.get("cache_read_input_tokens", 0), u.get("cache_creation_input_tokens", 0)
+        return Usage(
+            input_tokens=u.get("input_tokens", 0) + read + write,
+            output_tokens=u.get("output_tokens", 0),
+            cached_tokens=read,
+            cache_write_tokens=write,
+            reasoning_tokens=u.get("thinking_tokens", 0),
+        )
+
+
+class MessagesDecoder(ChatDecoder):
+    """A Message stream's body bytes -> batches of deltas, and its end (sans-I/O): the
+    batches and end-of-body rules are `ChatDecoder`'s, the events `MessagesEventDecoder`'s
+    (`message_stop`, or a stop reason, is the whole answer)."""
+
+    __slots__ = ()
+
+    def _framing(self) -> EventFraming:
+        return EventFraming()
+
+    def _payloads(self) -> MessagesEventDecoder:
+        return MessagesEventDecoder()
+
+    def take(self) -> list[Delta]:
+        """As `ChatDecoder.take`, but the batches stay small until one has a delta: a
+        Message stream opens with events that carry none (`message_start`, a block's start)."""
+        first = self._batch == FIRST_BATCH
+        out = super().take()
+        if first and not out:
+            self._batch = FIRST_BATCH
+        return out
+
+
+def decode_message_body(raw: bytes | bytearray) -> list[Delta]:
+    """A whole (non-streamed) Message, as the deltas its stream would have carried."""
+    try:
+        body = _loads(raw)
+    except orjson.JSONDecodeError:
+        return [UpstreamError(INVALID_CHUNK, "The backend answered with malformed JSON.")]
+    if not isinstance(body, dict):
+        why = "The backend answered with a JSON value, not a Message."
+        return [UpstreamError(INVALID_CHUNK, why)]
+    if error_body(raw) is not None:
+        return [stream_error(body)]
+    decoder = MessagesEventDecoder()
+    out: list[Delta] = []
+    decoder.event({"type": "message_start", "message": {"usage": body.get("usage")}}, out)
+    for index, block in enumerate(body.get("content") or ()):
+        if not isinstance(block, dict):
+            continue
+        start = {**block}
+        if block.get("type") == "tool_use":
+            start["input"] = block.get("input") if isinstance(block.get("input"), dict) else {}
+        decoder.event({"type": "content_block_start", "index": index, "content_block": start}, out)
+        decoder.event({"type": "content_block_stop", "index": index}, out)
+    delta = {"stop_reason": body.get("stop_reason") or "end_turn"}
+    decoder.event({"type": "message_delta", "delta": delta, "usage": body.get("usage")}, out)
+    decoder.event({"type": "message_stop"}, out)
+    return out
+
+
+def _str(value: Any) -> str:
+    return value if isinstance(value, str) else ""
