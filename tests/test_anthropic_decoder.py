@@ -390,3 +390,51 @@ def test_every_cut_of_a_whole_answer_matches() -> None:
                 out += decoder.take()
         out += decoder.end(EndCause.CLEAN)
         assert expand(out) == expected, (a, b)
+
+
+def test_llamacpps_stream_every_block_stopped_at_the_end_and_unsigned_thinking() -> None:
+    """As llama-server streams it (seen against the real one): the usage's input split into
+    `input_tokens` and `cache_read_input_tokens`, tool_use starts without `input`, thinking
+    with an empty signature, and every block's stop after the last block's deltas."""
+    events = [
+        start({"cache_read_input_tokens": 167, "input_tokens": 1, "output_tokens": 0}),
+        block(0, {"type": "thinking", "thinking": ""}),
+        delta(0, {"type": "thinking_delta", "thinking": "hmm"}),
+        block(1, {"type": "text", "text": ""}),
+        delta(1, {"type": "text_delta", "text": "ok"}),
+        block(2, {"type": "tool_use", "id": "xDufc1kvFtfTZVhh", "name": "mcp__docs__search"}),
+        delta(2, {"type": "input_json_delta", "partial_json": '{"q":"/'}),
+        delta(2, {"type": "input_json_delta", "partial_json": '-quote" }'}),
+        stop(0),
+        stop(1),
+        stop(2),
+        *end("tool_use", {"output_tokens": 60}),
+    ]
+    deltas, _ = decode(events)
+    assert not any(isinstance(d, ReasoningBlob) for d in deltas)  # nothing signed to keep
+    assert deltas[:3] == [
+        ReasoningDelta("hmm"),
+        TextDelta("ok"),
+        ToolCallDelta(0, "xDufc1kvFtfTZVhh", "mcp__docs__search"),
+    ]
+    assert (
+        "".join(d.arguments for d in deltas if isinstance(d, ToolCallDelta)) == '{"q":"/-quote" }'
+    )
+    assert deltas[-2:] == [
+        Usage(input_tokens=168, output_tokens=60, cached_tokens=167),
+        Finish("tool_calls"),
+    ]
+
+
+def test_a_run_is_placed_by_the_block_it_started_after_whenever_it_stops() -> None:
+    events = [
+        start(),
+        block(0, {"type": "tool_use", "id": "t1", "name": "a", "input": {}}),
+        block(1, {"type": "thinking", "thinking": "late", "signature": "S"}),
+        stop(0),
+        stop(1),
+        *end("tool_use"),
+    ]
+    (blob,) = [d for d in decode(events)[0] if isinstance(d, ReasoningBlob)]
+    (run,) = thinking_runs(blob.encrypted_content) or []
+    assert run.after == "t1"

@@ -8,8 +8,9 @@ object with its `type`) into the one delta vocabulary:
   call's own index (the block's `id` and `name`, then each `input_json_delta`; an input
   given whole in the start, or none, at the stop); a thinking block's `signature_delta`s and
   a `redacted_thinking` block's `data` are kept, and at each such block's stop one
-  `ReasoningBlob` carries every thinking block of the answer so far (blocks.py), for the
-  streamer to seal;
+  `ReasoningBlob` carries every signed thinking block of the answer so far, each run of
+  them with the tool_use started before it (blocks.py), for the streamer to seal; an
+  unsigned block (llama.cpp's `signature: ""`) is its text only;
 - `message_delta`: the stop reason (`end_turn`, `stop_sequence`, `pause_turn` -> stop;
   `tool_use` -> tool_calls; `max_tokens`, `model_context_window_exceeded` -> length, an
   incomplete response; `refusal` -> content_filter) and the usage so far (input tokens
@@ -70,7 +71,7 @@ class MessagesEventDecoder:
     """One Message stream's events. `done`: `message_stop` came; `finished`: the answer is
     whole (its stop reason came)."""
 
-    __slots__ = ("_after", "_blocks", "_calls", "_run", "_runs", "_usage", "done", "finished")
+    __slots__ = ("_blocks", "_calls", "_in_run", "_last_use", "_runs", "_usage", "done", "finished")
 
     def __init__(self) -> None:
         self.done = False
@@ -79,9 +80,11 @@ class MessagesEventDecoder:
         self._blocks: dict[int, dict[str, Any]] = {}
         self._calls = 0
         self._usage: dict[str, int] = {}
-        self._runs: list[ThinkingRun] = []  # thinking runs closed by a tool_use since
-        self._run: list[dict[str, Any]] = []  # the run of thinking blocks open now
-        self._after: str | None = None  # the id of the last tool_use block
+        # runs of consecutive thinking blocks, in the order they started: the id of the
+        # tool_use started before each, and its blocks (each filled in at its stop)
+        self._runs: list[tuple[str | None, list[dict[str, Any]]]] = []
+        self._in_run = False  # the block started last is a thinking block
+        self._last_use: str | None = None  # the id of the tool_use started last
 
     def decode(self, messages: list[bytes | SSEMessage]) -> list[Delta]:
         """The deltas of a batch of events; stops after an error or `message_stop`."""
@@ -144,27 +147,39 @@ class MessagesEventDecoder:
         if not isinstance(index, int) or not isinstance(block, dict):
             return
         kind = block.get("type")
+        if kind in _THINKING:
+            self._thinking_start(index, kind, block, out)
+            return
+        self._in_run = False
         if kind == "text":
-            self._close_run()
             text = block.get("text")
             if isinstance(text, str) and text:
                 out.append(TextDelta(text))
-        elif kind == "thinking":
-            text = _str(block.get("thinking"))
-            self._blocks[index] = {"type": kind, "thinking": text, "signature": ""}
-            self._blocks[index]["signature"] = _str(block.get("signature"))
-            if text:
-                out.append(ReasoningDelta(text))
-        elif kind == "redacted_thinking":
-            self._blocks[index] = {"type": kind, "data": _str(block.get("data"))}
         elif kind == "tool_use":
-            self._close_run()
             own = self._calls
             self._calls += 1
-            call_id = _str(block.get("id")) or None
-            self._blocks[index] = {"type": kind, "own": own, "id": call_id, "args": False}
+            call_id = self._last_use = _str(block.get("id")) or None
+            self._blocks[index] = {"type": kind, "own": own, "args": False}
             self._blocks[index]["input"] = block.get("input")
             out.append(ToolCallDelta(own, call_id, _str(block.get("name"))))
+
+    def _thinking_start(
+        self, index: int, kind: str, block: dict[str, Any], out: list[Delta]
+    ) -> None:
+        if not self._in_run:
+            self._runs.append((self._last_use, []))
+            self._in_run = True
+        entry: dict[str, Any] = {}
+        self._runs[-1][1].append(entry)
+        if kind == "redacted_thinking":
+            self._blocks[index] = {"type": kind, "entry": entry, "data": _str(block.get("data"))}
+            return
+        text = _str(block.get("thinking"))
+        record = {"type": kind, "entry": entry, "thinking": text}
+        record["signature"] = _str(block.get("signature"))
+        self._blocks[index] = record
+        if text:
+            out.append(ReasoningDelta(text))
 
     def _delta(self, obj: dict[str, Any], out: list[Delta]) -> None:
         delta = obj.get("delta")
@@ -196,24 +211,22 @@ class MessagesEventDecoder:
         block = self._blocks.pop(obj.get("index"), None)  # type: ignore[arg-type]
         if block is None:
             return
-        kind = block.pop("type")
-        if kind in _THINKING:
-            self._run.append({"type": kind, **block})
-            out.append(ReasoningBlob(thinking_blob([*self._runs, self._current()])))
-        elif kind == "tool_use":
+        kind = block["type"]
+        if kind == "tool_use":
             if not block["args"]:  # an input given whole, or none
                 given = block["input"]
                 whole = orjson.dumps(given).decode() if isinstance(given, dict) else "{}"
                 out.append(ToolCallDelta(block["own"], arguments=whole))
-            self._after = block["id"]
-
-    def _current(self) -> ThinkingRun:
-        return ThinkingRun(self._after, tuple(self._run))
-
-    def _close_run(self) -> None:
-        if self._run:
-            self._runs.append(self._current())
-            self._run = []
+            return
+        entry = block["entry"]
+        if kind == "redacted_thinking":
+            entry.update(type=kind, data=block["data"])
+        elif block["signature"]:  # an unsigned block (llama.cpp) holds only its text
+            entry.update(type=kind, thinking=block["thinking"], signature=block["signature"])
+        else:
+            return
+        runs = [ThinkingRun(after, tuple(b for b in blocks if b)) for after, blocks in self._runs]
+        out.append(ReasoningBlob(thinking_blob([run for run in runs if run.blocks])))
 
     # -- the end ------------------------------------------------------------------------
 
