@@ -64,6 +64,12 @@ _USAGE_KEYS = (
     "cache_read_input_tokens",
 )
 _THINKING = ("thinking", "redacted_thinking")
+EVENT_TYPES = frozenset(
+    {
+        "message_start", "content_block_start", "content_block_delta", "content_block_stop",
+        "message_delta", "message_stop", "ping", "error",
+    }
+)  # fmt: skip
 _SNIPPET = 120
 
 
@@ -286,6 +292,37 @@ class MessagesDecoder(ChatDecoder):
         if first and not out:
             self._batch = FIRST_BATCH
         return out
+
+
+class MessagesTapDecoder:
+    """`streamer tap`'s reading of a Messages stream: one event's payload at a time, into
+    the deltas the gateway makes of it. `done`: `message_stop` (or an error) came."""
+
+    __slots__ = ("_events",)
+
+    def __init__(self) -> None:
+        self._events = MessagesEventDecoder()
+
+    @property
+    def done(self) -> bool:
+        return self._events.done
+
+    def feed(self, data: str, event: str | None = None) -> list[Delta]:
+        out: list[Delta] = []
+        if not self._events.done:
+            self._events._one(data, out)
+        return out
+
+
+def looks_like_messages(data: str) -> bool:
+    """A stream's first data payload is an Anthropic Messages event (`message_start`, or a
+    `ping` before it)."""
+    try:
+        obj = _loads(data)
+    except orjson.JSONDecodeError:
+        return False
+    kind = obj.get("type") if isinstance(obj, dict) else None
+    return kind in EVENT_TYPES and kind != "error"  # an error is any stream's: Responses' too
 
 
 def decode_message_body(raw: bytes | bytearray) -> list[Delta]:
