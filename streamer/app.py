@@ -180,8 +180,8 @@ def auth_middleware(
 
 async def _start(app: web.Application) -> None:
     from streamer.frontends.background import Background
-    from streamer.gateway import turn_options
     from streamer.model_routes import build_router, load_config
+    from streamer.options import turn_options
     from streamer.store import open_store
     from streamer.store.observed import observe_store
     from streamer.upstream.registry import UpstreamRegistry
@@ -319,10 +319,16 @@ def check_settings(settings: Settings) -> None:
     from streamer.supervisor import check_workers
 
     check_workers(settings)
-    if settings.upstream_api not in ("chat", "responses"):
-        raise ValueError(f"--upstream-api must be chat or responses, not {settings.upstream_api!r}")
-    if settings.upstream_api != "chat" and not (settings.upstream or settings.config):
-        raise ValueError("--upstream-api responses needs --upstream (the embedded model is Chat)")
+    from streamer.upstream.kinds import KINDS
+
+    kind = KINDS.get(settings.upstream_api)
+    if kind is None:
+        names = " or ".join(KINDS)
+        raise ValueError(f"--upstream-api must be {names}, not {settings.upstream_api!r}")
+    if not kind.embedded and not (settings.upstream or settings.config):
+        raise ValueError(
+            f"--upstream-api {kind.name} needs --upstream (the embedded model is Chat)"
+        )
 
 
 def create_app(settings: Settings) -> web.Application:

@@ -19,7 +19,6 @@ from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, 
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from streamer.backend_api import CHAT, BackendApi
 from streamer.compaction import (
     BACKEND_FIELD,
     REASONING_FIELD,
@@ -43,7 +42,9 @@ from streamer.core.truncation import CONTEXT_OVERFLOW, keep_share, truncate
 from streamer.recorder import ExchangeRecorder
 from streamer.sealing import REASONING_INCLUDE, Sealer
 from streamer.upstream.batch import Batch
+from streamer.upstream.chat.kind import CHAT
 from streamer.upstream.first_call import first_calls
+from streamer.upstream.kind import BackendKind
 
 log = logging.getLogger("streamer.pipeline")
 
@@ -106,7 +107,7 @@ class TurnOptions:
     max_output_items: int = 2048
     max_turn_seconds: float = 3600.0
     sealer: Sealer = field(default_factory=Sealer.random)  # encrypted_content (--state-key-file)
-    api: BackendApi = CHAT  # what the backend speaks (--upstream-api): its lowering
+    kind: BackendKind = CHAT  # what the backend speaks (--upstream-api): its lowering
 
 
 @dataclass(slots=True)
@@ -130,7 +131,7 @@ class Turn:
     conversation: str | None = None  # the conversation this turn extends at its end
     new_from: int = 0  # where the request's own items start in `items` (after any history)
     route: object | None = None  # the model and affinity it is routed by (upstream/registry.py)
-    api: BackendApi = CHAT  # the backend's API: how a truncated retry is lowered again
+    kind: BackendKind = CHAT  # the backend's kind: how a truncated retry is lowered again
 
     @property
     def response(self) -> dict[str, Any]:
@@ -159,14 +160,14 @@ def prepare(
     names = ResponsesToolNames.convert(request.get("tools"), view, config=options.naming)
     compactor = None
     if is_compaction(new_items):
-        backend_request = options.api.compaction(request, view, names, options.lowering)
+        backend_request = options.kind.compaction(request, view, names, options.lowering)
         compactor = Compactor(options.sealer, last_user_request(items), options.max_output_bytes)
     else:
-        backend_request = options.api.lower(request, view, names, options.lowering)
+        backend_request = options.kind.lower(request, view, names, options.lowering)
     response = new_response(request, response_id=response_id)
     echo_applied(response, backend_request)
     limits = OutputLimits(options.max_output_bytes, options.max_output_items)
-    prompt = {k: backend_request[k] for k in options.api.prompt_keys if k in backend_request}
+    prompt = {k: backend_request[k] for k in options.kind.prompt_keys if k in backend_request}
     streamer = OutputItemStreamer(
         names,
         response,
@@ -184,7 +185,7 @@ def prepare(
         compactor=compactor,
         lowering=options.lowering,
         view=view,
-        api=options.api,
+        kind=options.kind,
     )
 
 
@@ -284,7 +285,7 @@ def _truncated(turn: Turn, exc: RequestError) -> dict[str, Any] | None:
         len(kept),
         len(items),
     )
-    return turn.api.lower(turn.request, kept, turn.names, turn.lowering)
+    return turn.kind.lower(turn.request, kept, turn.names, turn.lowering)
 
 
 async def _open_once(

@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 
 from streamer.core.deltas import Finish, TextDelta
 from streamer.core.errors import RequestError
-from streamer.upstream.chat.client import ChatUpstream
+from streamer.upstream.chat.client import chat_client
 from streamer.upstream.http1.connection import HIGH_WATER, Response
 from streamer.upstream.http1.pool import ClientPools, ConnectionPool
 from streamer.upstream.http1.wire import (
@@ -675,7 +675,7 @@ async def test_https(tmp_path: Path) -> None:
         server.close()
 
 
-# -- through ChatUpstream ---------------------------------------------------------------------
+# -- through the Chat client ------------------------------------------------------------------
 
 
 async def test_chat_stream_over_a_content_length_body_and_garbage_as_502() -> None:
@@ -685,7 +685,7 @@ async def test_chat_stream_over_a_content_length_body_and_garbage_as_502() -> No
     )
     sse = b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nContent-Length: %d\r\n\r\n"
     server = await serve(answering(sse % len(events) + events, b"HTTP/1.1 OK\r\n\r\n"))
-    up = ChatUpstream(server.url, api_key="sk-test")
+    up = chat_client(server.url, api_key="sk-test")
     try:
         stream = await up.open({"model": "m", "messages": []})
         assert [*(stream.first or []), *[d async for batch in stream for d in batch]] == [
@@ -771,7 +771,7 @@ async def test_chat_upstream_pools_per_client() -> None:
     )
     sse = b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nContent-Length: %d\r\n\r\n"
     server = await serve(answering(*[sse % len(events) + events] * 4))
-    up = ChatUpstream(server.url, client_pools=8)
+    up = chat_client(server.url, client_pools=8)
     try:
         for client in ("k1", "k2", "k1", "k2"):
             stream = await up.open({"model": "m", "messages": []}, client=client)

@@ -587,18 +587,21 @@ async def test_background_mode_over_a_responses_backend() -> None:
 
 
 def test_hosted_tools_left_out_are_logged(caplog: pytest.LogCaptureFixture) -> None:
-    from streamer.backend_api import responses_api
+    from streamer.upstream.responses.kind import RESPONSES
 
     request = {"model": "m", "tools": TOOLS}
-    api = responses_api(PROFILES["llamacpp"])
-    with caplog.at_level("INFO", logger="streamer.backend_api"):
-        sent = api.lower(request, [], ResponsesToolNames.convert(TOOLS), LoweringOptions())
+    options = LoweringOptions(tools=PROFILES["llamacpp"])
+    with caplog.at_level("INFO", logger="streamer.upstream.responses"):
+        sent = RESPONSES.lower(request, [], ResponsesToolNames.convert(TOOLS), options)
     assert "web_search" not in {t["type"] for t in sent["tools"]}
     assert "hosted tools left out" in caplog.text and "web_search" in caplog.text
     caplog.clear()
-    with caplog.at_level("INFO", logger="streamer.backend_api"):
-        responses_api(PROFILES["openai"]).lower(
-            request, [], ResponsesToolNames.convert(TOOLS), LoweringOptions()
+    with caplog.at_level("INFO", logger="streamer.upstream.responses"):
+        RESPONSES.lower(
+            request,
+            [],
+            ResponsesToolNames.convert(TOOLS),
+            LoweringOptions(tools=PROFILES["openai"]),
         )
     assert "left out" not in caplog.text
 

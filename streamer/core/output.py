@@ -27,7 +27,7 @@ from typing import Any
 
 import orjson
 
-from streamer.core.client_tools import BY_CALL_TYPE
+from streamer.core.call_kinds import ARGUMENTS_DELTA, BY_CALL_TYPE, new_call_item
 from streamer.core.deltas import (
     Delta,
     Finish,
@@ -55,11 +55,7 @@ from streamer.core.output_items import (
     Item,
     OutputLimits,
     Part,
-    custom_input,
     empty_part,
-    json_object,
-    local_shell_action,
-    new_call_item,
     new_item,
     part_done,
     wants_summary,
@@ -72,7 +68,6 @@ _loads = orjson.loads
 # `Event(...)` goes through the NamedTuple's Python-level __new__; this is the C one
 # (0.1 us an event; tests/test_output_fast_path.py compares the events either way).
 _event = tuple.__new__
-ARGUMENTS_DELTA = "response.function_call_arguments.delta"
 # The part kind each text delta goes to, and the item and delta event type of that kind.
 _PART_KINDS: dict[type, str] = {
     TextDelta: "output_text",
@@ -587,31 +582,21 @@ class OutputItemStreamer:
         call.args = [arguments]  # held once from here on: the item and the events share it
         output_index = len(self._output)
         where = {"item_id": item["id"], "output_index": output_index}
-        if item["type"] == "function_call":
-            if call is not self._live and arguments:
-                self._delta(DeltaTemplate(ARGUMENTS_DELTA, where), arguments)
-            item["arguments"] = arguments
-            done = {
-                "type": "response.function_call_arguments.done",
-                **where,
-                "arguments": arguments,
-            }
-            done["name"] = item["name"]
-            if "namespace" in item:
-                done["namespace"] = item["namespace"]
-            self._event(done)
-        elif item["type"] == "custom_tool_call":
-            text = custom_input(arguments)
-            if text:
-                self._delta(DeltaTemplate("response.custom_tool_call_input.delta", where), text)
-            self._event({"type": "response.custom_tool_call_input.done", **where, "input": text})
-            item["input"] = text
-        elif item["type"] == "local_shell_call":
-            item["action"] = local_shell_action(arguments)
-        elif item["type"] in BY_CALL_TYPE:  # shell, apply_patch: added whole
-            status = BY_CALL_TYPE[item["type"]].status(status)
+        row = BY_CALL_TYPE[item["type"]]
+        if row.lifted is None:  # shell, apply_patch: added whole
+            status = row.status(status)
         else:
-            item["arguments"] = json_object(arguments)
+            value = item[row.field] = row.lifted(arguments)
+            if row.events is not None:  # function arguments, custom input: their events
+                delta_type, done_type = row.events
+                if value and call is not self._live:  # a live call's are out already
+                    self._delta(DeltaTemplate(delta_type, where), value)
+                done = {"type": done_type, **where, row.field: value}
+                if row.done_named:
+                    done["name"] = item["name"]
+                    if "namespace" in item:
+                        done["namespace"] = item["namespace"]
+                self._event(done)
         call.emitted = True
         self._done_item(item, output_index, status)
 

@@ -12,6 +12,8 @@ from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
+from streamer.core.call_kinds import CALL_KINDS
+
 Flag = Callable[[str, str], None]
 
 
@@ -29,8 +31,13 @@ STREAMS: dict[str, Stream] = {
     "refusal": Stream("message", "content", "refusal", "refusal"),
     "reasoning_text": Stream("reasoning", "content", "reasoning_text", "text"),
     "reasoning_summary_text": Stream("reasoning", "summary", "summary_text", "text"),
-    "function_call_arguments": Stream("function_call", None, None, "arguments"),
-    "custom_tool_call_input": Stream("custom_tool_call", None, None, "input"),
+    **{  # a call's arguments (function_call_arguments, custom_tool_call_input): its kind's
+        row.events[0].removeprefix("response.").removesuffix(".delta"): Stream(
+            row.call_type, None, None, row.field
+        )
+        for row in CALL_KINDS.values()
+        if row.events is not None
+    },
 }
 PART_EVENTS = {
     "response.content_part.added": ("content", True),

@@ -23,6 +23,7 @@ from typing import Any
 
 import orjson
 
+from streamer.core.call_kinds import CALL_KINDS
 from streamer.core.deltas import (
     Delta,
     Finish,
@@ -69,12 +70,13 @@ _KNOWN = frozenset(
         "reasoning_summary_text.done",
     )
 )  # fmt: skip
-_CALLS = ("function_call", "custom_tool_call")
+# the calls whose arguments stream (function arguments, custom input): their kinds' rows
+_CALLS = tuple(row.call_type for row in CALL_KINDS.values() if row.events is not None)
 # Items whose content arrives as the deltas above: nothing of them is passed whole.
 _STREAMED = ("message", "reasoning", *_CALLS)
 _INCOMPLETE = {"max_output_tokens": "length", "content_filter": "content_filter"}
 _SNIPPET = 120
-_PIECES = ("response.function_call_arguments.delta", "response.custom_tool_call_input.delta")
+_PIECES = tuple(row.events[0] for row in CALL_KINDS.values() if row.events is not None)
 _LESSONS = 8  # shapes learnt per stream at most: a backend whose events all differ costs little
 
 
