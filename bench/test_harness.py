@@ -510,7 +510,7 @@ async def test_messages_relay_returns_the_backend_messages_stream_which_the_gate
     """The load backend's Messages stream, through the raw relay byte for byte, decodes in the
     gateway's own decoder to N text deltas and the call on the first tool by its flat name."""
     from streamer.core.deltas import TextDelta, ToolCallDelta, expand
-    from streamer.upstream.anthropic.decoder import MessagesDecoder
+    from streamer.upstream.anthropic.stream import MessagesDecoder
     from streamer.upstream.chat.stream import EndCause
 
     raw = b"".join(

@@ -5,6 +5,8 @@ thinking round trip through the streamer's seal and back into the next request; 
 from __future__ import annotations
 
 import itertools
+import json
+import random
 from typing import Any
 
 import orjson
@@ -28,9 +30,11 @@ from streamer.core.response import new_response
 from streamer.core.tools import ResponsesToolNames
 from streamer.sealing import Sealer
 from streamer.upstream.anthropic.blocks import thinking_runs
-from streamer.upstream.anthropic.decoder import MessagesDecoder, decode_message_body
+from streamer.upstream.anthropic.decoder import MessagesEventDecoder
 from streamer.upstream.anthropic.errors import http_error
+from streamer.upstream.anthropic.event_shapes import NO_SHAPE
 from streamer.upstream.anthropic.request import lower_messages
+from streamer.upstream.anthropic.stream import MessagesDecoder, decode_message_body
 from streamer.upstream.chat.stream import EndCause
 
 SIG = "EqQBCgIYAhIM1gbcDa9GJwZA2b3hGgxBdjrkzLoky3dl1pkiMOYds"
@@ -438,3 +442,77 @@ def test_a_run_is_placed_by_the_block_it_started_after_whenever_it_stops() -> No
     (blob,) = [d for d in decode(events)[0] if isinstance(d, ReasoningBlob)]
     (run,) = thinking_runs(blob.encrypted_content) or []
     assert run.after == "t1"
+
+
+# -- the per-token path against the plain one ---------------------------------------------
+
+
+class PlainDecoder(MessagesDecoder):
+    """The decoder that never learns a shape: every event parsed whole (the reference)."""
+
+    __slots__ = ()
+
+    def _payloads(self) -> MessagesEventDecoder:
+        return MessagesEventDecoder(lessons=0)
+
+
+_PIECES = ["a", "tok ", "\\", '"', "é", "日本", "\n", "\u2028", "{}", '","x":"', "}}", " "]
+
+
+def _encoded(event: dict[str, Any], rng: random.Random) -> bytes:
+    """An event as some encoder wrote it: compact, or spaced, or keys in another order."""
+    style = rng.random()
+    if style < 0.7:
+        data = orjson.dumps(event)
+    elif style < 0.85:
+        data = json.dumps(event, ensure_ascii=rng.random() < 0.5).encode()
+    else:
+        data = orjson.dumps(dict(reversed(list(event.items()))))
+    return b"event: " + event["type"].encode() + b"\ndata: " + data + b"\n\n"
+
+
+def _random_stream(rng: random.Random) -> list[dict[str, Any]]:
+    events: list[dict[str, Any]] = [start()]
+    for index in range(rng.randint(1, 6)):
+        kind = rng.choice(["text", "thinking", "tool_use"])
+        if kind == "text":
+            events.append(block(index, {"type": "text", "text": ""}))
+        elif kind == "thinking":
+            events.append(block(index, {"type": "thinking", "thinking": "", "signature": ""}))
+        else:
+            events.append(
+                block(index, {"type": "tool_use", "id": f"t{index}", "name": "f", "input": {}})
+            )
+        field, dtype = {"text": ("text", "text_delta"), "thinking": ("thinking", "thinking_delta"),
+                        "tool_use": ("partial_json", "input_json_delta")}[kind]  # fmt: skip
+        for _ in range(rng.randint(0, 12)):
+            piece = "".join(rng.choice(_PIECES) for _ in range(rng.randint(0, 3)))
+            at = index if rng.random() < 0.95 else rng.randint(0, index + 1)  # a stray index
+            events.append(delta(at, {"type": dtype, field: piece}))
+        if kind == "thinking":
+            events.append(delta(index, {"type": "signature_delta", "signature": "S"}))
+        events.append(stop(index))
+        if rng.random() < 0.2:  # a late delta of the stopped block
+            events.append(delta(index, {"type": dtype, field: "late"}))
+    return events + end(rng.choice(["end_turn", "tool_use", "max_tokens"]))
+
+
+def _feed(decoder: MessagesDecoder, raw: bytes, cuts: list[int]) -> list[Delta]:
+    out: list[Delta] = []
+    for a, b in itertools.pairwise([0, *cuts, len(raw)]):
+        out += decoder.feed(raw[a:b])
+        while decoder.pending:
+            out += decoder.take()
+    return expand(out + decoder.end(EndCause.CLEAN))
+
+
+def test_the_learnt_shapes_decode_as_the_plain_path_does() -> None:
+    rng = random.Random(29)
+    learnt = 0
+    for _ in range(400):
+        raw = b"".join(_encoded(e, rng) for e in _random_stream(rng))
+        cuts = sorted(rng.sample(range(1, len(raw)), min(len(raw) - 1, rng.randint(0, 6))))
+        fast, plain = MessagesDecoder(), PlainDecoder()
+        assert _feed(fast, raw, cuts) == _feed(plain, raw, cuts), raw
+        learnt += fast._chat._shape is not NO_SHAPE or fast._chat._lessons < 8  # type: ignore[attr-defined]
+    assert learnt > 100  # the fast path was taken, not only the plain one

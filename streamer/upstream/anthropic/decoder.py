@@ -19,9 +19,7 @@ object with its `type`) into the one delta vocabulary:
 - `message_stop` ends it; `ping` is nothing; `error` is an `UpstreamError` (errors.py).
 Unknown event and block types (server tools the gateway never declares) are skipped.
 
-`MessagesDecoder` is `ChatDecoder`'s batching and end-of-body rules over it, with the
-Responses framing (`event:` + `data:` events cut whole); `decode_message_body` reads a
-whole (non-streamed) Message as the deltas its stream would have carried.
+The body's state machine over it, a whole Message and tap's reading: stream.py.
 """
 
 from __future__ import annotations
@@ -42,10 +40,10 @@ from streamer.core.deltas import (
 )
 from streamer.core.sse import SSEMessage
 from streamer.upstream.anthropic.blocks import ThinkingRun, thinking_blob
-from streamer.upstream.anthropic.errors import error_body, stream_error
+from streamer.upstream.anthropic.errors import stream_error
+from streamer.upstream.anthropic.event_shapes import NO_SHAPE, fit, learn_piece
 from streamer.upstream.chat.decoder import INVALID_CHUNK
-from streamer.upstream.chat.stream import FIRST_BATCH, ChatDecoder
-from streamer.upstream.responses.framing import EventFraming, event_data, event_messages
+from streamer.upstream.responses.framing import event_data, event_messages
 
 _loads = orjson.loads
 STOP_REASONS = {
@@ -73,13 +71,27 @@ EVENT_TYPES = frozenset(
 _SNIPPET = 120
 
 
+_LESSONS = 8  # shapes learnt per stream at most: a backend whose events all differ costs little
+
+
 class MessagesEventDecoder:
     """One Message stream's events. `done`: `message_stop` came; `finished`: the answer is
-    whole (its stop reason came)."""
+    whole (its stop reason came).
 
-    __slots__ = ("_blocks", "_calls", "_in_run", "_last_use", "_runs", "_usage", "done", "finished")
+    A block's per-token deltas are sliced through the shape learnt from the second one
+    (event_shapes.py); `lessons=0` never learns: the plain path, which the tests compare
+    it to."""
 
-    def __init__(self) -> None:
+    __slots__ = (
+        "_blocks", "_calls", "_in_run", "_kind", "_last", "_last_use", "_lessons", "_runs",
+        "_shape", "_usage", "done", "finished",
+    )  # fmt: skip
+
+    def __init__(self, lessons: int = _LESSONS) -> None:
+        self._lessons = lessons
+        self._shape = NO_SHAPE  # the block's per-token event, once learnt
+        self._kind: Any = None  # (block index, delta type) the shape is of
+        self._last: Any = None  # (block index, delta type) of the last delta parsed whole
         self.done = False
         self.finished = False
         # per block index: [type, own call index | thinking text, signature | data, ...]
@@ -95,23 +107,37 @@ class MessagesEventDecoder:
     def decode(self, messages: list[bytes | SSEMessage]) -> list[Delta]:
         """The deltas of a batch of events; stops after an error or `message_stop`."""
         out: list[Delta] = []
+        shape = self._shape
+        head, start = shape.head, shape.start
         for message in messages:
             if self.done:
                 break
-            if isinstance(message, SSEMessage):
-                if self._one(message.data, out):
+            if message.__class__ is not bytes:
+                if self._one(message.data, out):  # type: ignore[union-attr]
                     break
                 continue
+            if head and message[:start] == head:  # the per-token path: a slice, one parse
+                value = fit(shape, message)
+                if value is not None:
+                    if value:
+                        self._piece(value, out)
+                    continue
             data = event_data(message)
             if data is not None:
-                if self._one(data, out):
+                if self._one(data, out, message, len(message) - len(data)):
                     break
             elif any(self._one(m.data, out) for m in event_messages(message)):
                 break
+            if self._shape is not shape:  # it learnt (or dropped) a shape
+                shape = self._shape
+                head, start = shape.head, shape.start
         return out
 
-    def _one(self, data: bytes | str, out: list[Delta]) -> bool:
-        """One event's payload; True: stop (an error)."""
+    def _one(
+        self, data: bytes | str, out: list[Delta], event: bytes | None = None, offset: int = 0
+    ) -> bool:
+        """One event's payload parsed whole (a delta's shape learnt from `event`, when it
+        has one); True: stop (an error)."""
         try:
             obj = _loads(data)
         except orjson.JSONDecodeError:
@@ -121,11 +147,41 @@ class MessagesEventDecoder:
             self.done = True
             return True
         if obj.__class__ is dict:
+            before = len(out)
             self.event(obj, out)
+            if event is not None and self._lessons and obj.get("type") == "content_block_delta":
+                self._learn(event, offset, obj, len(out) - before)
         if out and out[-1].__class__ is UpstreamError:
             self.done = True
             return True
         return False
+
+    def _learn(self, event: bytes, offset: int, obj: dict[str, Any], made: int) -> None:
+        """From the second delta of a kind in a block that made one delta: its shape."""
+        delta = obj.get("delta")
+        last = (obj.get("index"), delta.get("type") if isinstance(delta, dict) else None)
+        if last != self._last:
+            self._last = last
+            return
+        if made == 1:
+            self._lessons -= 1
+            shape = learn_piece(event, offset, obj)
+            if shape is not None:
+                self._shape, self._kind = shape, last
+
+    def _piece(self, value: str, out: list[Delta]) -> None:
+        """A sliced delta's string, as `_delta` would have read it (the shape's own kind)."""
+        at, kind = self._kind
+        if kind == "text_delta":
+            out.append(TextDelta(value))
+            return
+        block = self._blocks[at]
+        if kind == "thinking_delta":
+            block["thinking"] += value
+            out.append(ReasoningDelta(value))
+        else:
+            block["args"] = True
+            out.append(ToolCallDelta(block["own"], arguments=value))
 
     def event(self, obj: dict[str, Any], out: list[Delta]) -> None:
         kind = obj.get("type")
@@ -214,7 +270,10 @@ class MessagesEventDecoder:
             block["signature"] += _str(delta.get("signature"))
 
     def _stop(self, obj: dict[str, Any], out: list[Delta]) -> None:
-        block = self._blocks.pop(obj.get("index"), None)  # type: ignore[arg-type]
+        index = obj.get("index")
+        if index == self._shape.at:  # no delta of it may follow (a late one is dropped)
+            self._shape = NO_SHAPE
+        block = self._blocks.pop(index, None)  # type: ignore[arg-type]
         if block is None:
             return
         kind = block["type"]
@@ -269,88 +328,6 @@ class MessagesEventDecoder:
             cache_write_tokens=write,
             reasoning_tokens=u.get("thinking_tokens", 0),
         )
-
-
-class MessagesDecoder(ChatDecoder):
-    """A Message stream's body bytes -> batches of deltas, and its end (sans-I/O): the
-    batches and end-of-body rules are `ChatDecoder`'s, the events `MessagesEventDecoder`'s
-    (`message_stop`, or a stop reason, is the whole answer)."""
-
-    __slots__ = ()
-
-    def _framing(self) -> EventFraming:
-        return EventFraming()
-
-    def _payloads(self) -> MessagesEventDecoder:
-        return MessagesEventDecoder()
-
-    def take(self) -> list[Delta]:
-        """As `ChatDecoder.take`, but the batches stay small until one has a delta: a
-        Message stream opens with events that carry none (`message_start`, a block's start)."""
-        first = self._batch == FIRST_BATCH
-        out = super().take()
-        if first and not out:
-            self._batch = FIRST_BATCH
-        return out
-
-
-class MessagesTapDecoder:
-    """`streamer tap`'s reading of a Messages stream: one event's payload at a time, into
-    the deltas the gateway makes of it. `done`: `message_stop` (or an error) came."""
-
-    __slots__ = ("_events",)
-
-    def __init__(self) -> None:
-        self._events = MessagesEventDecoder()
-
-    @property
-    def done(self) -> bool:
-        return self._events.done
-
-    def feed(self, data: str, event: str | None = None) -> list[Delta]:
-        out: list[Delta] = []
-        if not self._events.done:
-            self._events._one(data, out)
-        return out
-
-
-def looks_like_messages(data: str) -> bool:
-    """A stream's first data payload is an Anthropic Messages event (`message_start`, or a
-    `ping` before it)."""
-    try:
-        obj = _loads(data)
-    except orjson.JSONDecodeError:
-        return False
-    kind = obj.get("type") if isinstance(obj, dict) else None
-    return kind in EVENT_TYPES and kind != "error"  # an error is any stream's: Responses' too
-
-
-def decode_message_body(raw: bytes | bytearray) -> list[Delta]:
-    """A whole (non-streamed) Message, as the deltas its stream would have carried."""
-    try:
-        body = _loads(raw)
-    except orjson.JSONDecodeError:
-        return [UpstreamError(INVALID_CHUNK, "The backend answered with malformed JSON.")]
-    if not isinstance(body, dict):
-        why = "The backend answered with a JSON value, not a Message."
-        return [UpstreamError(INVALID_CHUNK, why)]
-    if error_body(raw) is not None:
-        return [stream_error(body)]
-    decoder = MessagesEventDecoder()
-    out: list[Delta] = []
-    decoder.event({"type": "message_start", "message": {"usage": body.get("usage")}}, out)
-    for index, block in enumerate(body.get("content") or ()):
-        if not isinstance(block, dict):
-            continue
-        start = {**block}
-        if block.get("type") == "tool_use":
-            start["input"] = block.get("input") if isinstance(block.get("input"), dict) else {}
-        decoder.event({"type": "content_block_start", "index": index, "content_block": start}, out)
-        decoder.event({"type": "content_block_stop", "index": index}, out)
-    delta = {"stop_reason": body.get("stop_reason") or "end_turn"}
-    decoder.event({"type": "message_delta", "delta": delta, "usage": body.get("usage")}, out)
-    decoder.event({"type": "message_stop"}, out)
-    return out
 
 
 def _str(value: Any) -> str:
