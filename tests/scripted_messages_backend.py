@@ -124,7 +124,9 @@ class _Translation:
         return out
 
     def _scan(self, script: list[Step]) -> None:
-        """The usage the answer reports, known up front (message_start carries the input)."""
+        """The usage the answer reports, known up front (message_start carries the input):
+        a Chat usage's prompt tokens are the whole prompt, of which `cache` says how many
+        were read from and written to the cache (the rest is `input_tokens`)."""
         for step in script:
             if not isinstance(step, dict):
                 continue

@@ -27,9 +27,10 @@ from typing import Any
 import orjson
 
 from streamer.core.backend_tools import BACKEND_BLOB
-from streamer.core.client_tools import BY_CALL_TYPE, BY_OUTPUT_TYPE
+from streamer.core.call_kinds import BY_CALL_TYPE, CALL_TYPES, FUNCTION, OUTPUT_TYPES
+from streamer.core.client_tools import BY_OUTPUT_TYPE
 from streamer.core.errors import invalid
-from streamer.core.input_items import CALL_TYPES, OUTPUT_TYPES, output_call_id
+from streamer.core.input_items import output_call_id
 from streamer.core.item_references import not_found
 from streamer.core.tools import ResponsesToolNames
 from streamer.upstream.anthropic.blocks import (
@@ -133,28 +134,13 @@ class _Builder:
         return [text_block(note), use]
 
     def call(self, index: int, item: dict[str, Any]) -> tuple[str, Any]:
-        """The call's flat name and its input (not a dict: arguments that were not one)."""
-        kind, names = item["type"], self.names
-        if kind == "function_call":
-            flat = names.encode(item.get("namespace") or None, item["name"], "function")
-            return flat, _arguments(item.get("arguments"))
-        if kind == "custom_tool_call":
-            flat = names.encode(item.get("namespace") or None, item["name"], "custom")
-            return flat, {"input": item.get("input") or ""}
-        if kind == "local_shell_call":  # its action is the function's arguments
-            action = {k: v for k, v in item["action"].items() if k != "type" and v is not None}
-            return names.encode(None, "local_shell", "local_shell"), action
-        if kind in BY_CALL_TYPE:
-            client = BY_CALL_TYPE[kind]
-            return names.encode(None, client.kind, client.kind), client.replay_arguments(item)
-        raw = item.get("arguments")  # tool_search_call
-        return self.search_name(), (_arguments(raw) if isinstance(raw, str) else raw or {})
-
-    def search_name(self) -> str:
-        for tool in self.names.tools:
-            if tool.identity.kind == "tool_search":
-                return tool.name
-        return self.names.encode(None, "tool_search", "tool_search")
+        """The call's flat name and its input (its kind's row says how; not a dict:
+        arguments that were not an object)."""
+        row = BY_CALL_TYPE[item["type"]]
+        value = row.lowered(item)
+        if isinstance(value, str) or row is FUNCTION:
+            return row.flat(self.names, item), _arguments(value)
+        return row.flat(self.names, item), value
 
     def tool_result(self, item: dict[str, Any]) -> None:
         call_id = output_call_id(item)

@@ -2,8 +2,8 @@
 
 The messages are lowering.py's; around them:
 - `max_tokens` (required): the request's `max_output_tokens`, else the model's
-  (`LoweringOptions.max_output_tokens`, from `--config` or `--model-metadata`), else the
-  profile's default;
+  (`max_output_tokens` of its `--config` entry, or of its `--model-metadata` entry, or of
+  that file's defaults), else the profile's default;
 - tools: `{name, description, input_schema}` with the naming core's flat names (namespaces
   flattened, restored by the decoder's deltas through the same map); `tool_choice` auto /
   required / none / one tool -> `auto` / `any` / `none` / `{type: tool, name}`, an allowed
@@ -109,6 +109,10 @@ def _max_tokens(
                 "integer_below_min_value",
             )
         return int(given)
+    model = request.get("model")
+    for slug, limit in options.output_limits:
+        if slug == model:
+            return limit
     return options.max_output_tokens or profile.max_tokens
 
 
