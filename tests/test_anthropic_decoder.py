@@ -516,3 +516,35 @@ def test_the_learnt_shapes_decode_as_the_plain_path_does() -> None:
         assert _feed(fast, raw, cuts) == _feed(plain, raw, cuts), raw
         learnt += fast._chat._shape is not NO_SHAPE or fast._chat._lessons < 8  # type: ignore[attr-defined]
     assert learnt > 100  # the fast path was taken, not only the plain one
+
+
+# -- what a backend may make the decoder keep ---------------------------------------------
+
+
+def test_more_thinking_blocks_than_kept_fail_the_turn() -> None:
+    from streamer.upstream.anthropic.decoder import MAX_THINKING_BLOCKS, THINKING_LIMIT
+
+    events = [start()]
+    for i in range(MAX_THINKING_BLOCKS + 1):
+        events += [block(i, {"type": "redacted_thinking", "data": f"d{i}"}), stop(i)]
+    deltas, decoder = decode(events)
+    assert decoder.failed and isinstance(deltas[-1], UpstreamError)
+    assert deltas[-1].code == THINKING_LIMIT and "thinking blocks" in deltas[-1].message
+    assert sum(isinstance(d, ReasoningBlob) for d in deltas) == MAX_THINKING_BLOCKS
+
+
+def test_kept_thinking_past_what_a_seal_holds_fails_the_turn() -> None:
+    from streamer.sealing import MAX_PLAIN_BYTES
+    from streamer.upstream.anthropic.decoder import MAX_THINKING_CHARS, THINKING_LIMIT
+
+    assert MAX_THINKING_CHARS < MAX_PLAIN_BYTES  # what is kept still seals with its text
+    big = "x" * (MAX_THINKING_CHARS // 2 + 1)
+    events = [start()]
+    for i in range(2):
+        events += [block(i, {"type": "redacted_thinking", "data": big}), stop(i)]
+    deltas, _ = decode(events)
+    assert deltas[-1].code == THINKING_LIMIT  # type: ignore[union-attr]
+    endless = [start(), block(0, {"type": "thinking", "thinking": "", "signature": ""})]
+    endless += [delta(0, {"type": "signature_delta", "signature": big}) for _ in range(3)]
+    deltas, _ = decode(endless)
+    assert deltas[-1].code == THINKING_LIMIT and "signature" in deltas[-1].message  # type: ignore[union-attr]

@@ -460,3 +460,20 @@ def test_a_compaction_turn_keeps_the_tools_declared_but_calls_none() -> None:
     last = body["messages"][-1]
     assert last["role"] == "user" and "handover note" in last["content"][-1]["text"]
     assert last["content"][0]["type"] == "tool_result"  # the results still open it
+
+
+def test_a_history_with_calls_but_no_tools_declares_what_it_calls_and_calls_none() -> None:
+    body = lowered(
+        {
+            "model": "m",
+            "input": [
+                user("go"),
+                call("a", "search", "{}", namespace="mcp__docs"),
+                output("a", "A"),
+                user("more"),
+            ],
+        }
+    )
+    assert body["tools"] == [{"name": "mcp__docs__search", "input_schema": {"type": "object"}}]
+    assert body["tool_choice"] == {"type": "none"}
+    assert "tools" not in lowered({"model": "m", "input": "hi"})

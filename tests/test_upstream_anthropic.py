@@ -408,3 +408,46 @@ def test_a_models_max_output_tokens_is_checked_where_it_is_set() -> None:
         ValueError, match=r"models\.c\.max_output_tokens: must be a positive integer"
     ):
         parse_catalog({"models": {"c": {"max_output_tokens": "8k"}}})
+
+
+async def test_a_stored_turn_without_sealed_thinking_goes_on_without_thinking() -> None:
+    """`store: true` and no `include`: the reasoning item keeps no signature, so the tool
+    loop's next request turns budgeted thinking off, which the API then takes."""
+    async with _harness() as gw, _sdk(gw) as client:
+        gw.backend.script(CALL, [*text_chunks(["done"]), *END])
+        first = await client.responses.create(
+            model="claude-x",
+            input="go",
+            tools=TOOLS,
+            reasoning={"effort": "low"},  # type: ignore[arg-type]
+        )
+        result = {"type": "function_call_output", "call_id": "toolu_01", "output": "x"}
+        second = await client.responses.create(
+            model="claude-x", input=[result], previous_response_id=first.id, tools=TOOLS,  # type: ignore[arg-type, list-item]
+            reasoning={"effort": "low"},
+        )  # fmt: skip
+        assert second.output_text == "done" and gw.backend.rejections == []
+        first_sent, second_sent = gw.backend.requests
+        assert "thinking" in first_sent and "thinking" not in second_sent
+        assert [b["type"] for b in second_sent["messages"][1]["content"]] == ["tool_use"]
+
+
+async def test_compaction_over_a_messages_backend() -> None:
+    from streamer.compaction import HANDOVER_PROMPT
+
+    history = [
+        {"type": "message", "role": "user", "content": "Fix the parser"},
+        {"type": "function_call", "call_id": "c1", "name": "exec_command", "arguments": "{}"},
+        {"type": "function_call_output", "call_id": "c1", "output": "ok"},
+    ]
+    async with _harness() as gw, _sdk(gw) as client:
+        gw.backend.script([*text_chunks(["Goal: ship the parser."]), *END])
+        compacted = await client.responses.compact(model="claude-x", input=history)  # type: ignore[arg-type]
+        assert compacted.output[-1].type == "compaction"
+        (sent,) = gw.backend.requests
+        assert gw.backend.rejections == []
+        # no tools declared, but the history calls one: declared for it, none callable
+        assert sent["tool_choice"] == {"type": "none"}
+        assert sent["tools"] == [{"name": "exec_command", "input_schema": {"type": "object"}}]
+        last = sent["messages"][-1]["content"]
+        assert last[0]["type"] == "tool_result" and last[-1]["text"] == HANDOVER_PROMPT

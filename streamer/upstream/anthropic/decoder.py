@@ -39,6 +39,7 @@ from streamer.core.deltas import (
     Usage,
 )
 from streamer.core.sse import SSEMessage
+from streamer.sealing import MAX_PLAIN_BYTES
 from streamer.upstream.anthropic.blocks import ThinkingRun, thinking_blob
 from streamer.upstream.anthropic.errors import stream_error
 from streamer.upstream.anthropic.event_shapes import NO_SHAPE, fit, learn_piece
@@ -72,6 +73,11 @@ _SNIPPET = 120
 
 
 _LESSONS = 8  # shapes learnt per stream at most: a backend whose events all differ costs little
+# What one answer's kept thinking (signed blocks, redacted data) may hold: it is sealed into
+# one `encrypted_content`, which must still open (sealing.py's bound) with text beside it.
+MAX_THINKING_BLOCKS = 64
+MAX_THINKING_CHARS = MAX_PLAIN_BYTES // 2
+THINKING_LIMIT = "upstream_thinking_limit"
 
 
 class MessagesEventDecoder:
@@ -83,8 +89,8 @@ class MessagesEventDecoder:
     it to."""
 
     __slots__ = (
-        "_blocks", "_calls", "_in_run", "_kind", "_last", "_last_use", "_lessons", "_runs",
-        "_shape", "_usage", "done", "finished",
+        "_blocks", "_calls", "_in_run", "_kept", "_kind", "_last", "_last_use", "_lessons",
+        "_runs", "_shape", "_thought", "_usage", "done", "finished",
     )  # fmt: skip
 
     def __init__(self, lessons: int = _LESSONS) -> None:
@@ -103,6 +109,8 @@ class MessagesEventDecoder:
         self._runs: list[tuple[str | None, list[dict[str, Any]]]] = []
         self._in_run = False  # the block started last is a thinking block
         self._last_use: str | None = None  # the id of the tool_use started last
+        self._thought = 0  # thinking blocks started
+        self._kept = 0  # characters of thinking kept for the seal
 
     def decode(self, messages: list[bytes | SSEMessage]) -> list[Delta]:
         """The deltas of a batch of events; stops after an error or `message_stop`."""
@@ -228,6 +236,10 @@ class MessagesEventDecoder:
     def _thinking_start(
         self, index: int, kind: str, block: dict[str, Any], out: list[Delta]
     ) -> None:
+        self._thought += 1
+        if self._thought > MAX_THINKING_BLOCKS:
+            out.append(_too_much(f"more than {MAX_THINKING_BLOCKS} thinking blocks"))
+            return
         if not self._in_run:
             self._runs.append((self._last_use, []))
             self._in_run = True
@@ -268,6 +280,8 @@ class MessagesEventDecoder:
                 out.append(ReasoningDelta(text))
         elif kind == "signature_delta" and block["type"] == "thinking":
             block["signature"] += _str(delta.get("signature"))
+            if len(block["signature"]) > MAX_THINKING_CHARS:
+                out.append(_too_much(f"a signature over {MAX_THINKING_CHARS} characters"))
 
     def _stop(self, obj: dict[str, Any], out: list[Delta]) -> None:
         index = obj.get("index")
@@ -289,6 +303,10 @@ class MessagesEventDecoder:
         elif block["signature"]:  # an unsigned block (llama.cpp) holds only its text
             entry.update(type=kind, thinking=block["thinking"], signature=block["signature"])
         else:
+            return
+        self._kept += sum(len(v) for v in entry.values())
+        if self._kept > MAX_THINKING_CHARS:
+            out.append(_too_much(f"thinking blocks over {MAX_THINKING_CHARS} characters"))
             return
         runs = [ThinkingRun(after, tuple(b for b in blocks if b)) for after, blocks in self._runs]
         out.append(ReasoningBlob(thinking_blob([run for run in runs if run.blocks])))
@@ -328,6 +346,10 @@ class MessagesEventDecoder:
             cache_write_tokens=write,
             reasoning_tokens=u.get("thinking_tokens", 0),
         )
+
+
+def _too_much(what: str) -> UpstreamError:
+    return UpstreamError(THINKING_LIMIT, f"The backend sent {what} in one answer.")
 
 
 def _str(value: Any) -> str:

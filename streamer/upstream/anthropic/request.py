@@ -8,6 +8,8 @@ The messages are lowering.py's; around them:
   flattened, restored by the decoder's deltas through the same map); `tool_choice` auto /
   required / none / one tool -> `auto` / `any` / `none` / `{type: tool, name}`, an allowed
   list as the narrowed tool list; `parallel_tool_calls: false` -> `disable_parallel_tool_use`;
+  a request without tools whose history calls some declares those (the API refuses
+  tool_use blocks otherwise) with `tool_choice: none`;
 - `reasoning.effort` -> `thinking` with the profile's budget for it (capped to leave a
   quarter of `max_tokens` for the answer; off when under the API's least), or adaptive
   thinking with `output_config.effort` for the models the profile says take only that.
@@ -70,7 +72,7 @@ def lower_messages(
         body["system"] = [{"type": "text", "text": "\n\n".join(system)}]
     body["messages"] = turns
     tools, forced = _tools(request, names)
-    body.update(tools)
+    body.update(tools or _history_tools(turns))
     thinking = _thinking(request, profile, model, body["max_tokens"], forced, turns)
     body.update(thinking)
     body.update(_sampling(request, thinking_on=bool(thinking)))
@@ -135,6 +137,21 @@ def _tools(request: Mapping[str, Any], names: ResponsesToolNames) -> tuple[dict[
         tool_choice["disable_parallel_tool_use"] = True
     out = {"tools": [_tool(t) for t in tools], "tool_choice": tool_choice}
     return out, tool_choice["type"] in ("any", "tool")
+
+
+def _history_tools(turns: list[Message]) -> dict[str, Any]:
+    """A request that declares no tools but replays calls: the API refuses tool_use blocks
+    without tools, so the names the history calls are declared, and none may be called."""
+    used = {
+        b["name"]: None
+        for message in turns
+        for b in message["content"]
+        if b.get("type") == "tool_use"
+    }
+    if not used:
+        return {}
+    declared = [{"name": name, "input_schema": {"type": "object"}} for name in used]
+    return {"tools": declared, "tool_choice": {"type": "none"}}
 
 
 def _tool(tool: FlatTool) -> dict[str, Any]:
