@@ -47,7 +47,8 @@ from scripted_backend import (
 )
 from sdk_models import validate_event, validate_response
 
-from streamer.core.output import FAILURE_CODES, OutputItemStreamer
+from streamer.core.errors import FAILURE_CODES
+from streamer.core.output import OutputItemStreamer
 from streamer.frontends.websocket import SESSIONS, Session
 from streamer.pipeline import Turn
 from streamer.upstream.backend_stream import BackendStream

@@ -377,7 +377,7 @@ async def test_error_payload_mid_stream_ends_the_stream(
     )
     batches = await run(upstream)
     deltas = flat(batches)
-    assert deltas[-1] == UpstreamError("oom", "CUDA out of memory")
+    assert deltas[-1] == UpstreamError("oom", "CUDA out of memory", "server_error")
     assert TextDelta("never") not in deltas
     await backend.records[0].wait_disconnect(timeout=5)
 

@@ -35,6 +35,8 @@ from streamer.core.deltas import (
 )
 from streamer.core.errors import RequestError
 from streamer.core.lowering import LoweringOptions
+from streamer.core.output import OutputItemStreamer
+from streamer.core.response import new_response
 from streamer.core.responses_lowering import lower_responses
 from streamer.core.tools import ResponsesToolNames
 from streamer.upstream.chat.stream import EndCause
@@ -139,11 +141,15 @@ def test_items_without_deltas_pass_whole_with_the_gateways_ids() -> None:
             completed(),
         )
     )
-    whole = [d.item for d in deltas if isinstance(d, WholeItem)]
-    assert [w["type"] for w in whole] == ["web_search_call", "brand_new_item"]
-    assert whole[0]["id"].startswith("ws_") and whole[1]["id"].startswith("x_")
-    assert whole[0]["action"] == search["action"] and whole[1]["payload"] == [1, 2]
-    assert whole[0]["id"] != "ws_backend"
+    whole = [(d.item, d.key) for d in deltas if isinstance(d, WholeItem)]
+    assert whole == [(search, 0), (odd, 1)]  # by the backend's item: the streamer names them
+    streamer = OutputItemStreamer(ResponsesToolNames(), new_response({"model": "m"}))
+    events = [orjson.loads(e.data) for e in streamer.feed(deltas) + streamer.finish()]
+    items = [e["item"] for e in events if e["type"] == "response.output_item.done"]
+    assert [i["type"] for i in items] == ["web_search_call", "brand_new_item"]
+    assert items[0]["id"].startswith("ws_") and items[1]["id"].startswith("x_")
+    assert items[0]["action"] == search["action"] and items[1]["payload"] == [1, 2]
+    assert items[0]["id"] != "ws_backend"
 
 
 def test_encrypted_reasoning_is_kept_as_a_blob_delta() -> None:

@@ -16,19 +16,6 @@ from streamer.core.events import Event
 
 _new = tuple.__new__  # Event's C-level constructor (see output.py)
 
-# `error.code`s a client can act on: the spec's (`ResponseError.code`), plus the ones
-# Codex classifies itself (context window, quota, plan).
-FAILURE_CODES = frozenset(
-    {
-        "server_error", "rate_limit_exceeded", "invalid_prompt", "vector_store_timeout",
-        "invalid_image", "invalid_image_format", "invalid_base64_image", "invalid_image_url",
-        "image_too_large", "image_too_small", "image_parse_error",
-        "image_content_policy_violation", "invalid_image_mode", "image_file_too_large",
-        "unsupported_image_media_type", "empty_image_file", "failed_to_download_image",
-        "image_file_not_found", "context_length_exceeded", "insufficient_quota",
-        "usage_not_included",
-    }
-)  # fmt: skip
 
 # Finish reasons that end the response `incomplete`, and the reason they report.
 INCOMPLETE = {"length": "max_output_tokens", "content_filter": "content_filter"}
@@ -86,7 +73,7 @@ class DeltaTemplate:
 class Part:
     """The open content part of a message or reasoning item."""
 
-    __slots__ = ("delta", "index", "kind", "logprobs", "text", "where")
+    __slots__ = ("annotations", "delta", "index", "kind", "logprobs", "text", "where")
 
     def __init__(
         self, kind: str, index: int, delta_type: str, item_id: str, output_index: int
@@ -99,6 +86,7 @@ class Part:
             ("summary_index" if kind == "summary_text" else "content_index"): index,
         }
         self.logprobs: list[dict[str, Any]] = []  # the tokens' logprobs, when asked for
+        self.annotations: list[dict[str, Any]] = []  # an output_text's citations, in order
         where = {**self.where, "logprobs": []} if kind == "output_text" else self.where
         self.delta = DeltaTemplate(delta_type, where)
         self.text = TextBuffer()
@@ -187,15 +175,24 @@ def new_item(item_type: str, make_id: Callable[[str], str]) -> dict[str, Any]:
 
 
 def part_done(
-    kind: str, text: str, logprobs: list[dict[str, Any]] | None = None
+    kind: str,
+    text: str,
+    logprobs: list[dict[str, Any]] | None = None,
+    annotations: list[dict[str, Any]] | None = None,
 ) -> tuple[dict[str, Any], dict[str, Any]]:
     """A finished part's `*.done` event (without its location) and the part itself;
     an output_text part carries its tokens' `logprobs` (the done event and the part alike,
-    `bytes` included: Open Responses requires them; the SDK's event type ignores them)."""
+    `bytes` included: Open Responses requires them; the SDK's event type ignores them) and
+    its `annotations`."""
     if kind == "output_text":
         entries = logprobs or []
         done = {"type": "response.output_text.done", "text": text, "logprobs": entries}
-        part = {"type": "output_text", "text": text, "annotations": [], "logprobs": entries}
+        part = {
+            "type": "output_text",
+            "text": text,
+            "annotations": annotations or [],
+            "logprobs": entries,
+        }
         return done, part
     if kind == "refusal":
         return {"type": "response.refusal.done", "refusal": text}, {
@@ -214,10 +211,5 @@ def part_done(
 
 
 SUMMARIES = ("auto", "concise", "detailed")
-"""`reasoning.summary` values that ask for the reasoning as `summary_text` parts."""
-
-
-def wants_summary(response: dict[str, Any]) -> bool:
-    """Whether the request (as the Response echoes it) asked for reasoning summaries."""
-    reasoning = response.get("reasoning")
-    return isinstance(reasoning, dict) and reasoning.get("summary") in SUMMARIES
+"""The `reasoning.summary` values a request may ask for (a Responses backend then sends its
+summary parts; a Chat backend has none to send)."""

@@ -151,7 +151,7 @@ class Background:
         except RequestError as exc:  # the backend refused before streaming
             streamer = turn.streamer
             batch = streamer.start() if streamer.sequence_number <= 1 else []
-            batch += streamer.fail(exc.code or "server_error", exc.message)
+            batch += streamer.fail(exc.code or "server_error", exc.message, exc.type)
             await self.log(turn, batch)
 
     async def _cancel_requested(self, response_id: str) -> None:

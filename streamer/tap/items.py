@@ -100,6 +100,7 @@ class Part:
     chunks: list[str] = field(default_factory=list)
     open: bool = True
     text_done: bool = False
+    annotations: int = 0  # annotation.added events seen
 
 
 @dataclass(slots=True)
@@ -194,6 +195,22 @@ class Item:
             )
             if got != "".join(part.chunks):
                 flag("done.mismatch", f"item {key}[{index}] differs from the concatenated deltas")
+
+    def annotation(self, event: dict[str, Any], flag: Flag) -> None:
+        """An `output_text.annotation.added` on this item: into an open output_text part,
+        its `annotation_index` the next of that part's."""
+        if self.type != "message":
+            flag("ref.item_type", f"an annotation on a {self.type} item")
+            return
+        part = self._part_for(event, "content", flag)
+        if part is None:
+            return
+        if part.type is not None and part.type != "output_text":
+            flag("ref.item_type", f"an annotation on a {part.type} part")
+        index = event.get("annotation_index")
+        if as_index(index) != part.annotations:
+            flag("annotation.index", f"annotation_index {index!r}, expected {part.annotations}")
+        part.annotations += 1
 
     def _part_for(self, event: dict[str, Any], family: str, flag: Flag) -> Part | None:
         raw = event.get("summary_index" if family == "summary" else "content_index")

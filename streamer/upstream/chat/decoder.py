@@ -16,6 +16,7 @@ from typing import Any
 import orjson
 
 from streamer.core.deltas import (
+    Annotation,
     Delta,
     Finish,
     LoggedText,
@@ -413,11 +414,12 @@ def payload_error(obj: dict[str, Any]) -> UpstreamError | None:
         return UpstreamError(kind, err or "The backend reported an error.")
     if not isinstance(err, dict):
         return UpstreamError("server_error", "The backend reported an error.")
-    code = _text(err.get("code")) or _text(err.get("type")) or "server_error"
+    error_type = _text(err.get("type"))
+    code = _text(err.get("code")) or error_type or "server_error"
     message = _text(err.get("message")) or "The backend reported an error."
-    if is_context_overflow(code, message) or is_context_overflow(_text(err.get("type")), ""):
+    if is_context_overflow(code, message) or is_context_overflow(error_type, ""):
         code = CONTEXT_OVERFLOW
-    return UpstreamError(code, message)
+    return UpstreamError(code, message, error_type if error_type not in ("", code) else None)
 
 
 def decode_usage(usage: dict[str, Any]) -> Usage:
@@ -452,6 +454,9 @@ def _message_deltas(delta: dict[str, Any], out: list[Delta]) -> None:
         text = content if isinstance(content, str) else _parts_text(content)
         if text:
             out.append(TextDelta(text))
+    annotations = delta.get("annotations")  # OpenAI's search models, OpenRouter's :online
+    if annotations and isinstance(annotations, list):
+        out += [Annotation(chat_annotation(a)) for a in annotations if isinstance(a, dict)]
     refusal = delta.get("refusal")
     if refusal and isinstance(refusal, str):
         out.append(RefusalDelta(refusal))
@@ -460,6 +465,24 @@ def _message_deltas(delta: dict[str, Any], out: list[Delta]) -> None:
         for position, call in enumerate(tool_calls):
             if isinstance(call, dict):
                 out.append(_tool_call(call, position))
+
+
+_CITATION_FIELDS = {"url": "", "title": "", "start_index": 0, "end_index": 0}
+
+
+def chat_annotation(annotation: dict[str, Any]) -> dict[str, Any]:
+    """A Chat annotation in the Responses shape: Chat nests its fields under its type
+    (`{"type": "url_citation", "url_citation": {url, title, start_index, end_index}}`),
+    Responses has them flat. A citation missing one of its fields gets it empty (the
+    Responses one requires all four); other fields and types are kept as they are."""
+    kind = annotation.get("type")
+    inner = annotation.get(kind) if isinstance(kind, str) else None
+    flat = {"type": kind, **inner} if isinstance(inner, dict) else dict(annotation)
+    if kind == "url_citation":
+        for key, empty in _CITATION_FIELDS.items():
+            if not isinstance(flat.get(key), type(empty)) or isinstance(flat.get(key), bool):
+                flat[key] = empty
+    return flat
 
 
 def _logged(out: list[Delta], choice: dict[str, Any]) -> None:

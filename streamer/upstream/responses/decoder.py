@@ -25,11 +25,15 @@ import orjson
 
 from streamer.core.call_kinds import CALL_KINDS
 from streamer.core.deltas import (
+    CURRENT,
+    Annotation,
     Delta,
     Finish,
     ForeignEvent,
+    ItemAdded,
     ReasoningBlob,
     ReasoningDelta,
+    ReasoningPart,
     RefusalDelta,
     ServiceTier,
     TextDelta,
@@ -38,7 +42,7 @@ from streamer.core.deltas import (
     Usage,
     WholeItem,
 )
-from streamer.core.response import new_id
+from streamer.core.passing import about_item
 from streamer.core.sse import SSEMessage
 from streamer.upstream.chat.decoder import INVALID_CHUNK, payload_error
 from streamer.upstream.chat.error_shapes import CONTEXT_OVERFLOW, is_context_overflow
@@ -52,8 +56,9 @@ _TEXT: dict[Any, type[TextDelta | RefusalDelta | ReasoningDelta]] = {
     "response.refusal.delta": RefusalDelta,
     "response.reasoning_text.delta": ReasoningDelta,
     "response.reasoning.delta": ReasoningDelta,  # Open Responses' name for it
-    "response.reasoning_summary_text.delta": ReasoningDelta,
+    "response.reasoning_summary_text.delta": ReasoningDelta,  # after its ReasoningPart
 }
+_SUMMARY_DELTA = "response.reasoning_summary_text.delta"
 # Events the decoder reads or the streamer makes anew from the deltas; any other type is
 # passed on as it came (`ForeignEvent`), so a backend's extensions survive.
 _KNOWN = frozenset(
@@ -89,8 +94,8 @@ class ResponsesEventDecoder:
     """
 
     __slots__ = (
-        "_args", "_calls", "_index", "_last", "_lessons", "_streamed", "_text", "_text_kind",
-        "_tier",
+        "_annotated", "_args", "_calls", "_index", "_last", "_lessons", "_ours", "_passed",
+        "_streamed", "_summary", "_text", "_text_kind", "_tier",
         "done", "finished",
     )  # fmt: skip
 
@@ -101,7 +106,12 @@ class ResponsesEventDecoder:
         # per backend item (`_at`): [kind, arguments or input streamed so far, text seen]
         self._calls: dict[Any, list[Any]] = {}
         self._index: dict[Any, int] = {}  # backend item -> the call's own index
-        self._streamed: set[Any] = set()  # output indexes whose text came in deltas
+        # (item, "summary" | "content") whose text came in deltas
+        self._streamed: set[tuple[Any, str]] = set()
+        self._annotated: set[Any] = set()  # items whose annotations came as events
+        self._ours: set[Any] = set()  # items the gateway streams itself (text, reasoning, calls)
+        self._passed: set[Any] = set()  # items passed whole that were added
+        self._summary: int | None = None  # the summary part reasoning text goes to (ReasoningPart)
         self._lessons = lessons
         self._text = NO_SHAPE  # the stream's text (or reasoning, refusal) delta event
         self._text_kind: type[TextDelta | RefusalDelta | ReasoningDelta] = TextDelta
@@ -220,8 +230,22 @@ class ResponsesEventDecoder:
         if text_delta is not None:
             piece = obj.get("delta")
             if isinstance(piece, str) and piece:
-                self._streamed.add(_at(obj))
+                at = _at(obj)
+                self._ours.add(at)
+                if text_delta is ReasoningDelta:
+                    summary = kind == _SUMMARY_DELTA
+                    self._to_part(_index(obj, "summary_index") if summary else None, out)
+                    self._streamed.add((at, "summary" if summary else "content"))
+                else:
+                    self._streamed.add((at, "content"))
                 out.append(text_delta(piece))
+        elif kind == "response.reasoning_summary_part.added":
+            self._to_part(_index(obj, "summary_index"), out)
+        elif kind == "response.output_text.annotation.added":
+            annotation = obj.get("annotation")
+            if isinstance(annotation, dict):
+                self._annotated.add(_at(obj))
+                out.append(Annotation(annotation))
         elif kind in _PIECES:
             self._call_value(_at(obj), obj.get("delta"), out)
         elif kind == "response.output_item.added":
@@ -233,7 +257,25 @@ class ResponsesEventDecoder:
         elif kind == "error" or (kind is None and ("error" in obj or obj.get("object") == "error")):
             out.append(_error(obj))
         elif isinstance(kind, str) and kind not in _KNOWN:
-            out.append(ForeignEvent({k: v for k, v in obj.items() if k != "sequence_number"}))
+            event = {k: v for k, v in obj.items() if k != "sequence_number"}
+            out.append(ForeignEvent(event, self._key(obj)))
+
+    def _key(self, obj: dict[str, Any]) -> Any:
+        """A pass-through event's item, as `ForeignEvent.key`: none, one the gateway streams
+        (CURRENT), or a backend item passed whole (added or to come)."""
+        if not about_item(obj):
+            return None
+        at = _at(obj)
+        return CURRENT if at in self._ours and at not in self._passed else at
+
+    def _to_part(self, summary_index: int | None, out: list[Delta]) -> None:
+        """The reasoning text that follows goes to `summary_index` (None: raw reasoning):
+        a `ReasoningPart` when that changes. The learnt text shape is forgotten then, so a
+        text event the shape takes is always of the part last named."""
+        if summary_index != self._summary:
+            self._summary = summary_index
+            self._text = NO_SHAPE
+            out.append(ReasoningPart(summary_index))
 
     # -- calls --------------------------------------------------------------------------
 
@@ -245,7 +287,17 @@ class ResponsesEventDecoder:
 
     def _added(self, obj: dict[str, Any], out: list[Delta]) -> None:
         item, at = obj.get("item"), _at(obj)
-        if not isinstance(item, dict) or item.get("type") not in _CALLS:
+        if not isinstance(item, dict):
+            return
+        kind = item.get("type")
+        if kind not in _STREAMED:  # a hosted call: opened now, its own events follow it
+            self._passed.add(at)
+            out.append(ItemAdded(item, at))
+            return
+        self._ours.add(at)
+        if kind == "reasoning":
+            self._to_part(None, out)  # a new reasoning item: its summary parts are new ones
+        if kind not in _CALLS:
             return
         self._calls[at] = [item["type"], "", False]
         out.append(ToolCallDelta(self._own(at), _str(item.get("call_id")) or None, _name(item)))
@@ -266,25 +318,48 @@ class ResponsesEventDecoder:
         if kind in _CALLS:
             self._call_done(at, item, out)
         elif kind == "message":
-            content = item.get("content")
-            if at not in self._streamed and isinstance(content, list):  # sent whole
-                for part in content:
-                    if isinstance(part, dict) and isinstance(part.get("text"), str):
-                        kind_of = RefusalDelta if part.get("type") == "refusal" else TextDelta
-                        out.append(kind_of(part["text"]))
-                    elif isinstance(part, dict) and isinstance(part.get("refusal"), str):
-                        out.append(RefusalDelta(part["refusal"]))
+            self._message_done(at, item.get("content"), out)
         elif kind == "reasoning":
-            if at not in self._streamed:
-                text = "\n".join(_texts(item.get("content"), "reasoning_text"))
-                text = text or "\n\n".join(_texts(item.get("summary"), "summary_text"))
-                if text:
-                    out.append(ReasoningDelta(text))
-            blob = item.get("encrypted_content")
-            if isinstance(blob, str) and blob:
-                out.append(ReasoningBlob(blob))
+            self._reasoning_done(at, item, out)
         else:  # a hosted call, or an item type this gateway does not know: whole
-            out.append(WholeItem({**item, "id": new_id(_prefix(item))}))
+            out.append(WholeItem(item, at))
+
+    def _message_done(self, at: Any, content: Any, out: list[Delta]) -> None:
+        """A message's text if it was not streamed (sent whole), and its annotations if they
+        did not come as events."""
+        if not isinstance(content, list):
+            return
+        whole = (at, "content") not in self._streamed
+        annotate = at not in self._annotated
+        for part in content:
+            if not isinstance(part, dict):
+                continue
+            if whole and isinstance(part.get("text"), str):
+                kind_of = RefusalDelta if part.get("type") == "refusal" else TextDelta
+                out.append(kind_of(part["text"]))
+            elif whole and isinstance(part.get("refusal"), str):
+                out.append(RefusalDelta(part["refusal"]))
+            annotations = part.get("annotations")
+            if annotate and isinstance(annotations, list):
+                out += [Annotation(a) for a in annotations if isinstance(a, dict)]
+
+    def _reasoning_done(self, at: Any, item: dict[str, Any], out: list[Delta]) -> None:
+        """What of a reasoning item did not stream: each summary part as its own, the raw
+        reasoning as content (never one for the other); then its blob."""
+        if (at, "summary") not in self._streamed:
+            for index, text in enumerate(_texts(item.get("summary"), "summary_text")):
+                if text:
+                    self._to_part(index, out)
+                    out.append(ReasoningDelta(text))
+        if (at, "content") not in self._streamed:
+            text = "\n".join(_texts(item.get("content"), "reasoning_text"))
+            if text:
+                self._to_part(None, out)
+                out.append(ReasoningDelta(text))
+        self._to_part(None, out)  # the next reasoning item's parts are new ones
+        blob = item.get("encrypted_content")
+        if isinstance(blob, str) and blob:
+            out.append(ReasoningBlob(blob))
 
     def _call_done(self, at: Any, item: dict[str, Any], out: list[Delta]) -> None:
         call = self._calls.pop(at, None)
@@ -395,9 +470,10 @@ def _error(obj: dict[str, Any]) -> UpstreamError:
     err: dict[str, Any] = inner if isinstance(inner, dict) else obj
     code = _str(err.get("code")) or "server_error"
     message = _str(err.get("message")) or "The backend reported an error."
-    if is_context_overflow(code, message) or is_context_overflow(_str(err.get("type")), ""):
+    kind = _str(err.get("type")) or None
+    if is_context_overflow(code, message) or is_context_overflow(kind, ""):
         code = CONTEXT_OVERFLOW
-    return UpstreamError(code, message)
+    return UpstreamError(code, message, kind)
 
 
 def _at(obj: dict[str, Any]) -> Any:
@@ -409,6 +485,11 @@ def _at(obj: dict[str, Any]) -> Any:
     item = obj.get("item")
     item_id = obj.get("item_id") or (item.get("id") if isinstance(item, dict) else None)
     return item_id if isinstance(item_id, str) else 0
+
+
+def _index(obj: dict[str, Any], field: str) -> int:
+    value = obj.get(field)
+    return value if isinstance(value, int) and not isinstance(value, bool) else 0
 
 
 def _name(item: dict[str, Any]) -> str:
@@ -425,13 +506,6 @@ def _texts(parts: Any, kind: str) -> list[str]:
         for p in parts
         if isinstance(p, dict) and p.get("type") == kind and isinstance(p.get("text"), str)
     ]
-
-
-def _prefix(item: dict[str, Any]) -> str:
-    raw = item.get("id")
-    if isinstance(raw, str) and "_" in raw:
-        return raw.partition("_")[0][:8] or "item"
-    return "item"
 
 
 def _str(value: Any) -> str:
