@@ -348,8 +348,8 @@ def _block_rules(
     kind = block.get("type") if isinstance(block, dict) else None
     if kind not in BLOCK_TYPES:
         return f"{where}: unknown content block type {kind!r}"
-    if kind == "text" and not block.get("text"):
-        return f"{where}: text content blocks must be non-empty"
+    if kind == "text" and not str(block.get("text") or "").strip():
+        return f"{where}: text content blocks must contain non-whitespace text"
     if kind in ("tool_use", "tool_result") and not body.get("tools"):
         return "Requests which include `tool_use` or `tool_result` blocks must define tools."
     if kind == "thinking" and block.get("signature") != backend.sign(block.get("thinking", "")):

@@ -64,6 +64,7 @@ def test_text_system_and_the_required_max_tokens() -> None:
             "input": [
                 {"type": "message", "role": "developer", "content": "Use metric units."},
                 user("Hi"),
+                user(" \n"),  # blank: the API refuses such a text block
                 user("How tall is Everest?"),
             ],
         }

@@ -1,7 +1,8 @@
 """Content blocks (pure): Responses content parts -> Messages blocks, and the thinking blocks
 the gateway keeps sealed.
 
-Text parts are `text` blocks (empty ones left out: the API refuses them); an image is a
+Text parts are `text` blocks (empty or blank ones left out: the API refuses text blocks
+without non-whitespace text); an image is a
 `base64` source (a data URL) or a `url` source; a PDF file is a `document` block where the
 profile takes them; what a block cannot carry (a file id, another file) is a short
 bracketed note, as for a Chat backend. A malformed image data URL is a 400 naming the part.
@@ -86,7 +87,7 @@ def text_block(text: str) -> dict[str, Any]:
 def content_blocks(content: Any, param: str, documents: bool) -> list[dict[str, Any]]:
     """A message's content (a string or parts) as blocks; empty text is left out."""
     if isinstance(content, str):
-        return [text_block(content)] if content else []
+        return [text_block(content)] if content.strip() else []
     out: list[dict[str, Any]] = []
     for j, part in enumerate(content or ()):
         block = part_block(part, f"{param}[{j}]", documents)
@@ -99,7 +100,7 @@ def part_block(part: Mapping[str, Any], param: str, documents: bool) -> dict[str
     kind = part.get("type")
     if kind in TEXT_PARTS or kind == "refusal":
         text = part.get("refusal" if kind == "refusal" else "text")
-        return text_block(text) if isinstance(text, str) and text else None
+        return text_block(text) if isinstance(text, str) and text.strip() else None
     if kind == "input_image":
         return _image(part, param)
     if kind == "input_file":

@@ -15,7 +15,8 @@
   back as they came, each run before the `tool_use` it preceded; readable reasoning with no
   signed block goes back as an unsigned thinking block where the profile reads those, and
   is left out otherwise;
-- a conversation that would open with the assistant gets a short user message first.
+- a conversation that would open with the assistant gets a short user message first; one
+  that ends with it (the answer continues it) has its last text without trailing blanks.
 """
 
 from __future__ import annotations
@@ -185,6 +186,9 @@ def messages(
     out = _paired(builder.out)
     if out and out[0]["role"] == "assistant":
         out.insert(0, {"role": "user", "content": [text_block(OPENING)]})
+    if out and out[-1]["role"] == "assistant" and out[-1]["content"][-1].get("type") == "text":
+        last = out[-1]["content"][-1]  # the answer continues it: no trailing blank (a 400)
+        out[-1]["content"][-1] = {**last, "text": last["text"].rstrip()}
     return builder.system, out
 
 
