@@ -381,6 +381,12 @@ def test_images_in_a_tool_output_stay_in_its_tool_result() -> None:
     result = lowered(request)["messages"][2]["content"][0]
     assert result["content"][0] == {"type": "text", "text": "shot"}
     assert result["content"][1]["source"]["media_type"] == "image/jpeg"
+    bad = {"type": "input_image", "image_url": "data:image/bmp;base64,Qk0="}
+    request["input"][-1] = output("a", [bad])
+    with pytest.raises(RequestError) as err:
+        lowered(request)
+    assert err.value.param == "input[2].output[0].image_url"
+    assert err.value.code == "unsupported_image_media_type"
 
 
 def test_structured_output_where_the_profile_takes_it() -> None:

@@ -28,7 +28,7 @@ from typing import Any
 import orjson
 
 from streamer.core.backend_tools import BACKEND_BLOB
-from streamer.core.call_kinds import BY_CALL_TYPE, CALL_TYPES, FUNCTION, OUTPUT_TYPES
+from streamer.core.call_kinds import BY_CALL_TYPE, CALL_TYPES, OUTPUT_TYPES
 from streamer.core.client_tools import BY_OUTPUT_TYPE
 from streamer.core.errors import invalid
 from streamer.core.input_items import output_call_id
@@ -90,7 +90,7 @@ class _Builder:
         elif kind in CALL_TYPES:
             self.side("assistant").extend(self.tool_use(index, item))
         elif kind in OUTPUT_TYPES:
-            self.tool_result(item)
+            self.tool_result(index, item)
         elif kind == "reasoning":
             self.reasoning(item)
 
@@ -138,24 +138,22 @@ class _Builder:
         """The call's flat name and its input (its kind's row says how; not a dict:
         arguments that were not an object)."""
         row = BY_CALL_TYPE[item["type"]]
-        value = row.lowered(item)
-        if isinstance(value, str) or row is FUNCTION:
-            return row.flat(self.names, item), _arguments(value)
-        return row.flat(self.names, item), value
+        value = row.lowered(item)  # a string (a function's arguments) is parsed
+        return row.flat(self.names, item), _arguments(value) if isinstance(value, str) else value
 
-    def tool_result(self, item: dict[str, Any]) -> None:
+    def tool_result(self, index: int, item: dict[str, Any]) -> None:
         call_id = output_call_id(item)
         if not call_id and item["type"] == "tool_search_output" and self.search_ids:
             call_id = self.search_ids.pop(0)
         if not isinstance(call_id, str) or not call_id:
             return  # a result with nothing to answer: its tools are still callable
         result: dict[str, Any] = {"type": "tool_result", "tool_use_id": tool_id(call_id)}
-        content = self.result_content(item)
+        content = self.result_content(index, item)
         if content:
             result["content"] = content
         self.side("user").append(result)
 
-    def result_content(self, item: dict[str, Any]) -> str | list[dict[str, Any]]:
+    def result_content(self, index: int, item: dict[str, Any]) -> str | list[dict[str, Any]]:
         if item["type"] == "tool_search_output":
             return _loaded_tools(self.names, item.get("tools") or [])
         client = BY_OUTPUT_TYPE.get(item["type"])
@@ -164,8 +162,9 @@ class _Builder:
         output = item.get("output")
         if isinstance(output, str) or output is None:
             return output or ""
-        blocks = [b for p in output if (b := part_block(p, "output", False)) is not None]
-        return blocks  # text and images (a tool_result takes both); files as notes
+        param = f"input[{index}].output"
+        blocks = [part_block(p, f"{param}[{j}]", False) for j, p in enumerate(output)]
+        return [b for b in blocks if b is not None]  # text and images; files as notes
 
 
 def messages(
