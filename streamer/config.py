@@ -137,6 +137,12 @@ class Settings:
     )
     max_input_items: int = setting(10_000, "Most input items in one request.")
     max_body_bytes: int = setting(32 * 1024 * 1024, "Largest request body (413 beyond).")
+    max_json_values: int = setting(
+        1_000_000,
+        "Most JSON values (arrays, objects, scalars; an empty array or object counts two) in "
+        "one request body or WebSocket message, counted before it is parsed (400 beyond); "
+        "bodies of up to 1.5 times as many bytes are never counted.",
+    )
     client_header_timeout: float = setting(
         10.0,
         "Seconds a client connection may take to send a request head, from its accept or "

@@ -39,7 +39,11 @@ class ExchangeRecorder:
         fields["t"] = round(time.monotonic() - self._start, 6)
         fields["kind"] = kind
         try:
-            self._file.write(orjson.dumps(fields) + b"\n")
+            line = orjson.dumps(fields)
+        except orjson.JSONEncodeError as exc:  # nested too deep for the serialiser, say
+            line = orjson.dumps({"t": fields["t"], "kind": kind, "unrecorded": str(exc)})
+        try:
+            self._file.write(line + b"\n")
         except OSError:
             self._file = None  # a full disk must not break the client's stream
 

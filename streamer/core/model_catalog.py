@@ -14,10 +14,11 @@ any other key passes through into the model's entry as Codex spells it.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
+
+from streamer.core.json_bounds import MAX_DEPTH, loads_within
 
 DEFAULT_CONTEXT_WINDOW = 128_000
 # What backends report in their /v1/models entries as the context length (vLLM, OpenRouter,
@@ -280,7 +281,7 @@ def models_answer(
     parsed: Any = None
     if status == 200:
         try:
-            parsed = json.loads(body)
+            parsed = loads_within(body, MAX_DEPTH)  # answered again as this gateway's JSON
         except ValueError:
             parsed = None
     return catalog_body(parsed if isinstance(parsed, dict) else None, catalog, configured)

@@ -17,6 +17,7 @@ from typing import Any
 
 import orjson
 
+from streamer.core import json_bounds
 from streamer.core.errors import RequestError, invalid, shutting_down
 from streamer.frontends.ws_queue import Admission, QueueBudget
 
@@ -45,12 +46,17 @@ def frame_size(raw: str | bytes) -> int:
     return len(raw) if isinstance(raw, bytes) else sys.getsizeof(raw)
 
 
-def parse_frame(raw: str | bytes) -> dict[str, Any] | Refused:
-    """A client frame as a `response.create` event, or why it is not one."""
+def parse_frame(
+    raw: str | bytes, max_values: int = json_bounds.MAX_VALUES
+) -> dict[str, Any] | Refused:
+    """A client frame as a `response.create` event, or why it is not one (not JSON, JSON
+    beyond the bounds of `json_bounds`, not a create)."""
     try:
-        frame = orjson.loads(raw)
+        frame = json_bounds.loads(raw, max_values)
     except orjson.JSONDecodeError:
         return Refused(invalid("The message is not valid JSON.", code="invalid_json"))
+    except RequestError as exc:
+        return Refused(exc)
     if not isinstance(frame, dict):
         return Refused(invalid("Each message must be a JSON object.", code="invalid_event"))
     kind = frame.get("type")
@@ -71,10 +77,15 @@ def parse_frame(raw: str | bytes) -> dict[str, Any] | Refused:
 class SessionRules:
     """One socket's state: lanes with work, named lanes, budget, remembered responses."""
 
-    __slots__ = ("budget", "closing", "named", "queues", "remember_limit", "remembered")
+    __slots__ = (
+        "budget", "closing", "max_values", "named", "queues", "remember_limit", "remembered",
+    )  # fmt: skip
 
-    def __init__(self, budget: QueueBudget, remember_limit: int) -> None:
+    def __init__(
+        self, budget: QueueBudget, remember_limit: int, max_values: int = json_bounds.MAX_VALUES
+    ) -> None:
         self.budget = budget
+        self.max_values = max_values  # --max-json-values, per frame
         self.remember_limit = max(remember_limit, 0)
         # response id -> (lane that produced it, its continuation history), oldest first
         self.remembered: OrderedDict[str, tuple[Lane, History]] = OrderedDict()
@@ -94,7 +105,7 @@ class SessionRules:
 
         A frame that is accepted names its lane: the lane counts from now on.
         """
-        frame = parse_frame(raw)
+        frame = parse_frame(raw, self.max_values)
         if isinstance(frame, Refused):
             return frame
         lane = frame.get("stream_id")

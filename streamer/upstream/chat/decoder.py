@@ -30,6 +30,7 @@ from streamer.core.deltas import (
     UpstreamError,
     Usage,
 )
+from streamer.core.json_bounds import MAX_ITEM_DEPTH, too_deep
 from streamer.core.sse import SSEMessage
 from streamer.upstream.chat.chunk_shapes import NO_SHAPE, learn_arguments, learn_text
 from streamer.upstream.chat.error_shapes import CONTEXT_OVERFLOW, is_context_overflow
@@ -497,7 +498,7 @@ def _logged(out: list[Delta], choice: dict[str, Any]) -> None:
             return
 
 
-def _tool_call(call: dict[str, Any], position: int) -> ToolCallDelta:
+def _tool_call(call: dict[str, Any], position: int) -> ToolCallDelta | UpstreamError:
     index = call.get("index")
     if not isinstance(index, int) or isinstance(index, bool):
         index = position
@@ -505,8 +506,11 @@ def _tool_call(call: dict[str, Any], position: int) -> ToolCallDelta:
     arguments = function.get("arguments")
     if arguments is None:
         arguments = ""
-    elif not isinstance(arguments, str):
-        arguments = orjson.dumps(arguments).decode()  # Ollama sends an object, not a string
+    elif not isinstance(arguments, str):  # Ollama sends an object, not a string
+        if too_deep(arguments, MAX_ITEM_DEPTH):
+            message = f"The backend sent a call's arguments nested more than {MAX_ITEM_DEPTH} levels deep."
+            return UpstreamError(INVALID_CHUNK, message)
+        arguments = orjson.dumps(arguments).decode()
     call_id = call.get("id")
     name = function.get("name")
     return ToolCallDelta(

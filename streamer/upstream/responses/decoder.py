@@ -11,7 +11,10 @@ backend spells them (flat, `ns.name`, or split into `namespace` and `name`, join
 (hosted tool calls, item types this gateway does not know) whole, at its
 `output_item.done`, as a `WholeItem`. `response.completed` / `incomplete` / `failed` end it
 with usage and a finish reason or an error; an `error` event is an `UpstreamError`.
-Unknown event types are skipped (their items still arrive whole at `output_item.done`).
+Event types the gateway does not know pass on as they came (`ForeignEvent`; their items
+still arrive whole at `output_item.done`). An item, annotation or event passed on must fit
+`MAX_ITEM_DEPTH` (core/json_bounds.py: what a client can send back, what the gateway's
+events can hold); one nested deeper fails the turn as malformed, naming why.
 
 `ResponsesDecoder` is `ChatDecoder`'s batching and end-of-body rules over it, with the
 framing of framing.py (raw events) and the learnt per-token shapes of event_shapes.py.
@@ -42,6 +45,7 @@ from streamer.core.deltas import (
     Usage,
     WholeItem,
 )
+from streamer.core.json_bounds import MAX_ITEM_DEPTH, too_deep
 from streamer.core.passing import about_item
 from streamer.core.sse import SSEMessage
 from streamer.upstream.chat.decoder import INVALID_CHUNK, payload_error
@@ -81,6 +85,7 @@ _CALLS = tuple(row.call_type for row in CALL_KINDS.values() if row.events is not
 _STREAMED = ("message", "reasoning", *_CALLS)
 _INCOMPLETE = {"max_output_tokens": "length", "content_filter": "content_filter"}
 _SNIPPET = 120
+_ANNOTATION_DEPTH = MAX_ITEM_DEPTH - 4  # item, content, part, annotations: then the annotation
 _PIECES = tuple(row.events[0] for row in CALL_KINDS.values() if row.events is not None)
 _LESSONS = 8  # shapes learnt per stream at most: a backend whose events all differ costs little
 
@@ -243,7 +248,9 @@ class ResponsesEventDecoder:
             self._to_part(_index(obj, "summary_index"), out)
         elif kind == "response.output_text.annotation.added":
             annotation = obj.get("annotation")
-            if isinstance(annotation, dict):
+            if isinstance(annotation, dict) and too_deep(annotation, _ANNOTATION_DEPTH):
+                out.append(_too_deep("an annotation", annotation.get("type")))
+            elif isinstance(annotation, dict):
                 self._annotated.add(_at(obj))
                 out.append(Annotation(annotation))
         elif kind in _PIECES:
@@ -258,7 +265,10 @@ class ResponsesEventDecoder:
             out.append(_error(obj))
         elif isinstance(kind, str) and kind not in _KNOWN:
             event = {k: v for k, v in obj.items() if k != "sequence_number"}
-            out.append(ForeignEvent(event, self._key(obj)))
+            if too_deep(event, MAX_ITEM_DEPTH):
+                out.append(_too_deep("an event", kind))
+            else:
+                out.append(ForeignEvent(event, self._key(obj)))
 
     def _key(self, obj: dict[str, Any]) -> Any:
         """A pass-through event's item, as `ForeignEvent.key`: none, one the gateway streams
@@ -290,6 +300,9 @@ class ResponsesEventDecoder:
         if not isinstance(item, dict):
             return
         kind = item.get("type")
+        if kind not in _STREAMED and too_deep(item, MAX_ITEM_DEPTH):
+            out.append(_too_deep("an output item", kind))
+            return
         if kind not in _STREAMED:  # a hosted call: opened now, its own events follow it
             self._passed.add(at)
             out.append(ItemAdded(item, at))
@@ -317,6 +330,8 @@ class ResponsesEventDecoder:
         kind = item.get("type")
         if kind in _CALLS:
             self._call_done(at, item, out)
+        elif kind != "reasoning" and too_deep(item, MAX_ITEM_DEPTH):  # passed on (a message's
+            out.append(_too_deep("an output item", kind))  # annotations) or whole: it cannot be
         elif kind == "message":
             self._message_done(at, item.get("content"), out)
         elif kind == "reasoning":
@@ -441,6 +456,8 @@ def decode_response_body(raw: bytes | bytearray) -> list[Delta]:
     for at, item in enumerate(body.get("output") or ()):
         if isinstance(item, dict):
             decoder._done({"item": item, "output_index": at}, out)
+            if out and out[-1].__class__ is UpstreamError:
+                return out
     status = body.get("status")
     kind = {"failed": "response.failed", "incomplete": "response.incomplete"}.get(
         status if isinstance(status, str) else "", "response.completed"
@@ -460,6 +477,16 @@ def decode_usage(usage: dict[str, Any]) -> Usage:
         output_tokens=_int(usage.get("output_tokens")),
         cached_tokens=_int(inputs.get("cached_tokens")),
         reasoning_tokens=_int(outputs.get("reasoning_tokens")),
+    )
+
+
+def _too_deep(what: str, kind: Any) -> UpstreamError:
+    """A backend's item or event the gateway cannot pass on: nested deeper than a client
+    could send it back (and than the gateway's own events can hold)."""
+    return UpstreamError(
+        INVALID_CHUNK,
+        f"The backend sent {what} of type {str(kind)[:_SNIPPET]!r} nested more than "
+        f"{MAX_ITEM_DEPTH} levels deep, which the gateway cannot pass on.",
     )
 
 
