@@ -548,3 +548,18 @@ def test_kept_thinking_past_what_a_seal_holds_fails_the_turn() -> None:
     endless += [delta(0, {"type": "signature_delta", "signature": big}) for _ in range(3)]
     deltas, _ = decode(endless)
     assert deltas[-1].code == THINKING_LIMIT and "signature" in deltas[-1].message  # type: ignore[union-attr]
+
+
+def test_a_whole_input_nested_past_what_a_client_may_send_back_fails_the_turn() -> None:
+    from streamer.core.json_bounds import MAX_ITEM_DEPTH
+
+    deep: Any = {}
+    for _ in range(MAX_ITEM_DEPTH + 1):
+        deep = {"a": deep}
+    events = [
+        start(),
+        block(0, {"type": "tool_use", "id": "t", "name": "f", "input": deep}),
+        stop(0),
+    ]
+    deltas, decoder = decode(events)
+    assert decoder.failed and "levels deep" in deltas[-1].message  # type: ignore[union-attr]

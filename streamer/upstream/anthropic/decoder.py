@@ -38,6 +38,7 @@ from streamer.core.deltas import (
     UpstreamError,
     Usage,
 )
+from streamer.core.json_bounds import MAX_ITEM_DEPTH, too_deep
 from streamer.core.sse import SSEMessage
 from streamer.sealing import MAX_PLAIN_BYTES
 from streamer.upstream.anthropic.blocks import ThinkingRun, thinking_blob
@@ -293,9 +294,12 @@ class MessagesEventDecoder:
         kind = block["type"]
         if kind == "tool_use":
             if not block["args"]:  # an input given whole, or none
-                given = block["input"]
-                whole = orjson.dumps(given).decode() if isinstance(given, dict) else "{}"
-                out.append(ToolCallDelta(block["own"], arguments=whole))
+                given = block["input"] if isinstance(block["input"], dict) else {}
+                if too_deep(given, MAX_ITEM_DEPTH):  # as what a client may send back
+                    what = f"a call's input nested more than {MAX_ITEM_DEPTH} levels deep"
+                    out.append(UpstreamError(INVALID_CHUNK, f"The backend sent {what}."))
+                    return
+                out.append(ToolCallDelta(block["own"], arguments=orjson.dumps(given).decode()))
             return
         entry = block["entry"]
         if kind == "redacted_thinking":
