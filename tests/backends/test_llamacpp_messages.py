@@ -126,7 +126,7 @@ async def test_thinking_streams_as_reasoning_and_goes_back_unsigned(
         ]
         history.append({"role": "assistant", "content": "ok"})
         history.append({"role": "user", "content": "Again."})
-        await streamed_any(client, input=history, max_output_tokens=8, store=False)
+        await streamed_any(client, input=history, max_output_tokens=16, store=False)
     sent = _sent(tmp_path / "tap-0")
     assert "thinking" not in sent[0]  # 24 tokens leave no room for the least budget
     thought = sent[-1]["messages"][1]["content"][0]

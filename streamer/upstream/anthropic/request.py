@@ -101,15 +101,8 @@ def compaction_request(
 def _max_tokens(
     request: Mapping[str, Any], options: LoweringOptions, profile: MessagesProfile
 ) -> int:
-    given = request.get("max_output_tokens")
+    given = request.get("max_output_tokens")  # its range is request_checks.py's
     if given is not None:
-        if given < 1:
-            raise invalid(
-                f"Invalid 'max_output_tokens': integer below minimum value. Expected a value "
-                f">= 1, but got {given} instead.",
-                "max_output_tokens",
-                "integer_below_min_value",
-            )
         return int(given)
     model = request.get("model")
     for slug, limit in options.output_limits:
