@@ -95,6 +95,12 @@ class Settings:
         "Most connections in use to the backend at once, across the gateway (0: no limit); "
         "more requests wait for one.",
     )
+    upstream_max_open_connections: int = setting(
+        0,
+        "Most backend connections open at once in each process, every backend together, "
+        "idle ones included; at the cap the one idle longest is closed, else a request "
+        "waits for one (0: its share of the open-file limit, docs/security.md#open-files).",
+    )
     upstream_ca_file: str | None = setting(
         None,
         "PEM bundle of the CAs that https backends are verified against, instead of the "
@@ -154,7 +160,8 @@ class Settings:
     max_client_connections: int = setting(
         0,
         "Most open client connections; at the cap the one waiting longest for a request "
-        "head is evicted, else the newcomer refused (0: 3/4 of the open-file limit).",
+        "head is evicted, else the newcomer refused (0: its share of the open-file limit, "
+        "docs/security.md#open-files).",
     )
     readyz_cache_seconds: float = setting(
         2.0, "Seconds /readyz keeps its backend and store probe (concurrent calls share one)."
@@ -278,8 +285,9 @@ class Settings:
     )
     ws_max_queued_bytes: int = setting(
         32 * 1024 * 1024,
-        "Largest total size of the frames one WebSocket holds queued or running "
-        "(beyond: an error event, the frame is dropped).",
+        "Most memory the frames one WebSocket holds queued or running may take, each "
+        "charged what it holds once parsed (worked out from its text before parsing; "
+        "beyond: an error event, the frame is dropped unparsed).",
     )
     ws_max_queued_frames: int = setting(
         64, "Most frames one WebSocket holds queued or running across its lanes."
@@ -300,6 +308,16 @@ class Settings:
         5.0,
         "Seconds a cancel waits for the instance running a background turn to end it, "
         "before ending it itself.",
+    )
+    background_max_turns: int = setting(
+        0,
+        "Most background turns running at once in each process; beyond, a create is a 429 "
+        "with retry-after (0: half the backend connections, docs/security.md#open-files).",
+    )
+    background_max_per_client: int = setting(
+        0,
+        "Most background turns one client (API key) runs at once in each process; beyond, "
+        "a 429 with retry-after (0: a quarter of --background-max-turns).",
     )
     state_key_file: str | None = setting(
         None,

@@ -10,7 +10,6 @@ writes the events, asking this module what to do at each step.
 from __future__ import annotations
 
 import re
-import sys
 from collections import OrderedDict, deque
 from dataclasses import dataclass
 from typing import Any
@@ -19,14 +18,14 @@ import orjson
 
 from streamer.core import json_bounds
 from streamer.core.errors import RequestError, invalid, shutting_down
-from streamer.frontends.ws_queue import Admission, QueueBudget
+from streamer.frontends.ws_queue import Admission, QueueBudget, frame_cost
 
 MAX_LANES = 32  # distinct named lanes per connection; the default lane does not count
 _STREAM_ID = re.compile(r"[A-Za-z0-9_.-]{1,256}")
 
 Lane = str | None
 History = tuple[dict[str, Any], ...]
-Queued = tuple[dict[str, Any], int]  # a frame and the size it counts for in the budget
+Queued = tuple[dict[str, Any], int]  # a frame and what it is charged in the budget
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,15 +34,6 @@ class Refused:
 
     error: RequestError
     lane: Lane = None
-
-
-def frame_size(raw: str | bytes) -> int:
-    """What a frame counts for in the budget: its size as received, before parsing.
-
-    Bytes for a binary frame; for text the decoded str's own size (1, 2 or 4 bytes per
-    character, as the parsed strings will hold), known without a copy.
-    """
-    return len(raw) if isinstance(raw, bytes) else sys.getsizeof(raw)
 
 
 def parse_frame(
@@ -96,9 +86,10 @@ class SessionRules:
     # -- frames -------------------------------------------------------------------
 
     def offer(self, raw: str | bytes) -> tuple[Admission, int]:
-        """Whether the budget takes a frame (counted now if ACCEPT), and its size."""
-        size = frame_size(raw)
-        return self.budget.offer(size), size
+        """Whether the budget takes a frame (charged now if ACCEPT), and its charge: what
+        it may hold once parsed (`frame_cost`), known before it is parsed."""
+        cost = frame_cost(raw)
+        return self.budget.offer(cost), cost
 
     def check(self, raw: str | bytes) -> dict[str, Any] | Refused:
         """The frame if it is a valid create this socket may run now, else why not.

@@ -35,7 +35,7 @@ from streamer.upstream.backend_stream import BackendStream
 from streamer.upstream.body_budget import ByteBudget
 from streamer.upstream.chat.rejected_params import without
 from streamer.upstream.http1.connection import READ_SIZE, Response
-from streamer.upstream.http1.connection_limit import ConnectionLimit
+from streamer.upstream.http1.connection_limit import ConnectionLimit, OpenConnections
 from streamer.upstream.http1.content_coding import (
     ContentCodingError,
     DecodedResponse,
@@ -83,6 +83,7 @@ class BackendClient:
         ssl_context: ssl.SSLContext | None = None,
         max_json_body: int = JSON_BODY_LIMIT,
         json_budget: ByteBudget | None = None,
+        open_connections: OpenConnections | None = None,
     ) -> None:
         self.base_url = base_url.rstrip("/")
         self.wire = wire
@@ -94,6 +95,8 @@ class BackendClient:
         self._forward_proxy = proxy is not None and parts.scheme != "https"
         # one bound for every pool to this origin (0: unlimited, the backend sets the pace)
         self.connection_limit = ConnectionLimit(max_connections) if max_connections > 0 else None
+        # every backend connection of the process, all upstreams together (its fd budget)
+        self.open_connections = open_connections
         self._host = parts.hostname
         self._port = parts.port or (443 if parts.scheme == "https" else 80)
         self._path = parts.path
@@ -146,6 +149,7 @@ class BackendClient:
             ssl_context=self._ssl_context,
             proxy=self._proxy,
             limiter=self.connection_limit,
+            open_limit=self.open_connections,
             reuse=self._keepalive,
             read_buffer=self._read_buffer,
         )
