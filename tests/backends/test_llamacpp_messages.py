@@ -29,14 +29,15 @@ def _client(gw: Any) -> AsyncOpenAI:
 
 
 def _sent(tap: Path) -> list[dict[str, Any]]:
-    """The Messages requests the gateway sent, from its recordings (in the order made)."""
+    """The Messages requests the gateway sent, from its recordings, shortest history first
+    (each turn here extends the one before; file names order only by the second)."""
     out = []
-    for path in sorted(tap.iterdir()):
+    for path in tap.iterdir():
         for line in path.read_bytes().splitlines():
             record = orjson.loads(line)
             if record.get("kind") == "backend_request":
                 out.append(record["body"])
-    return out
+    return sorted(out, key=lambda body: len(body["messages"]))
 
 
 async def test_text_through_messages(llama_server: str, recorded: Any) -> None:
