@@ -7,6 +7,7 @@ import contextlib
 import gc
 import logging
 import os
+import resource
 import signal
 import time
 from collections.abc import Awaitable, Callable
@@ -15,7 +16,7 @@ from typing import TYPE_CHECKING
 import orjson
 from aiohttp import web
 
-from streamer import logs
+from streamer import fd_budget, logs
 from streamer.config import Settings
 from streamer.core.errors import RequestError
 from streamer.core.response import new_id
@@ -36,6 +37,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("streamer.app")
 
 SETTINGS = web.AppKey("settings", Settings)
+FD_BUDGET = web.AppKey("fd_budget", fd_budget.FdBudget)
 
 SCRIPTED_RUNNER = web.AppKey("scripted_runner", web.AppRunner)
 PROFILE_PROBE: web.AppKey[ProfileProbe] = web.AppKey("profile_probe")
@@ -180,14 +182,17 @@ def auth_middleware(
 
 async def _start(app: web.Application) -> None:
     from streamer.frontends.background import Background
+    from streamer.frontends.background_caps import TurnCaps
     from streamer.model_routes import build_router, load_config
     from streamer.options import turn_options
     from streamer.store.observed import observe_store
     from streamer.store_setup import open_gateway_store
+    from streamer.upstream.http1.connection_limit import OpenConnections
     from streamer.upstream.registry import UpstreamRegistry
 
     # the store first: it may keep the state key the turn options seal with
     store, settings, answered = await open_gateway_store(app[SETTINGS])
+    budget = app[FD_BUDGET]
     base_url = settings.upstream
     if not base_url and not settings.config:
         from streamer.scripted_model import start_scripted_model
@@ -197,11 +202,13 @@ async def _start(app: web.Application) -> None:
         log.warning("no --upstream: serving the embedded scripted model at %s", base_url)
     options = turn_options(settings)
     secrets = (settings.upstream_api_key, *settings.client_keys())
-    router = build_router(settings, load_config(settings, base_url), options, secrets)
+    config = load_config(settings, base_url)
+    router = build_router(settings, config, options, secrets, OpenConnections(budget.backend))
     background = Background(
         store,
         store_wait=settings.background_store_wait,
         cancel_wait=settings.background_cancel_wait,
+        caps=TurnCaps(budget.background, budget.background_per_client),
     )
     upstreams = UpstreamRegistry(router)
     gateway = Gateway(settings, upstreams, store, background, options=options)
@@ -340,7 +347,11 @@ def create_app(settings: Settings) -> web.Application:
     from streamer.frontends import conversations, http, input_tokens, retrieval, websocket
 
     check_settings(settings)
-    front = FrontDoor(settings.max_client_connections, settings.client_header_timeout)
+    budget = fd_budget.for_settings(settings, open_file_limit())
+    if budget.over:
+        log.warning("the caps ask for more descriptors than the limit has: %s", budget.describe())
+    log.info("fd budget: %s", budget.describe())
+    front = FrontDoor(budget.clients, settings.client_header_timeout)
     middlewares: list = [door_middleware(front), observe_middleware, errors_middleware]
     keys = settings.client_keys()
     if keys:
@@ -352,6 +363,7 @@ def create_app(settings: Settings) -> web.Application:
         handler_args={"max_line_size": limit, "max_field_size": limit},
     )
     app[SETTINGS] = settings
+    app[FD_BUDGET] = budget
     app[FRONT_DOOR] = front
     app.on_response_prepare.append(_add_request_id)
     app[SHUTDOWN] = _Shutdown()
@@ -373,6 +385,17 @@ async def _close_door(app: web.Application) -> None:
     fast = app.get(FAST_ROUTE)
     if fast is not None:
         fast.close()
+
+
+def open_file_limit(*, raise_soft: bool = False) -> int:
+    """RLIMIT_NOFILE's soft limit, which the fd budget shares out; `raise_soft`: first
+    raised to the hard limit, as servers do (the hard one is the administrator's)."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if raise_soft and soft != hard:
+        with contextlib.suppress(ValueError, OSError):  # e.g. an infinite hard limit
+            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+            soft = hard
+    return soft if soft != resource.RLIM_INFINITY else 1 << 20
 
 
 async def _freeze_startup_objects(app: web.Application) -> None:
@@ -421,6 +444,7 @@ def serve(settings: Settings, worker: Seat | None = None) -> None:
         f"-> {serving_target(settings)} (pid {os.getpid()})",
         flush=True,
     )
+    open_file_limit(raise_soft=True)  # before create_app shares it out
     app = create_app(settings)
     if worker is not None:
         worker.attach(app)

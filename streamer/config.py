@@ -71,12 +71,15 @@ class Settings:
     )
     host: str = setting("127.0.0.1", "Address to bind.")
     port: int = setting(8080, "Port to bind.")
-    upstream_api_key: str | None = setting(None, "Bearer key sent to the backend.")
+    upstream_api_key: str | None = setting(
+        None, "Key sent to the backend (Bearer; x-api-key to an anthropic backend)."
+    )
     upstream_api: str = setting(
         "chat",
-        "What the backend speaks: chat (POST /chat/completions) or responses (POST /responses, "
-        "streamed, store: false; the gateway keeps the state). Tools per --backend-profile "
-        "(streamer/upstream/responses/profiles.py).",
+        "What the backend speaks: chat (POST /chat/completions), responses (POST /responses, "
+        "streamed, store: false; the gateway keeps the state) or anthropic (POST /messages, "
+        "Anthropic Messages; the key in x-api-key). Tools per --backend-profile "
+        "(streamer/upstream/responses/profiles.py, streamer/upstream/anthropic/profiles.py).",
     )
     upstream_proxy: str | None = setting(
         None,
@@ -91,6 +94,12 @@ class Settings:
         0,
         "Most connections in use to the backend at once, across the gateway (0: no limit); "
         "more requests wait for one.",
+    )
+    upstream_max_open_connections: int = setting(
+        0,
+        "Most backend connections open at once in each process, every backend together, "
+        "idle ones included; at the cap the one idle longest is closed, else a request "
+        "waits for one (0: its share of the open-file limit, docs/security.md#open-files).",
     )
     upstream_ca_file: str | None = setting(
         None,
@@ -134,6 +143,12 @@ class Settings:
     )
     max_input_items: int = setting(10_000, "Most input items in one request.")
     max_body_bytes: int = setting(32 * 1024 * 1024, "Largest request body (413 beyond).")
+    max_json_values: int = setting(
+        1_000_000,
+        "Most JSON values (arrays, objects, scalars; an empty array or object counts two) in "
+        "one request body or WebSocket message, counted before it is parsed (400 beyond); "
+        "bodies of up to 1.5 times as many bytes are never counted.",
+    )
     client_header_timeout: float = setting(
         10.0,
         "Seconds a client connection may take to send a request head, from its accept or "
@@ -145,7 +160,8 @@ class Settings:
     max_client_connections: int = setting(
         0,
         "Most open client connections; at the cap the one waiting longest for a request "
-        "head is evicted, else the newcomer refused (0: 3/4 of the open-file limit).",
+        "head is evicted, else the newcomer refused (0: its share of the open-file limit, "
+        "docs/security.md#open-files).",
     )
     readyz_cache_seconds: float = setting(
         2.0, "Seconds /readyz keeps its backend and store probe (concurrent calls share one)."
@@ -291,8 +307,9 @@ class Settings:
     )
     ws_max_queued_bytes: int = setting(
         32 * 1024 * 1024,
-        "Largest total size of the frames one WebSocket holds queued or running "
-        "(beyond: an error event, the frame is dropped).",
+        "Most memory the frames one WebSocket holds queued or running may take, each "
+        "charged what it holds once parsed (worked out from its text before parsing; "
+        "beyond: an error event, the frame is dropped unparsed).",
     )
     ws_max_queued_frames: int = setting(
         64, "Most frames one WebSocket holds queued or running across its lanes."
@@ -313,6 +330,16 @@ class Settings:
         5.0,
         "Seconds a cancel waits for the instance running a background turn to end it, "
         "before ending it itself.",
+    )
+    background_max_turns: int = setting(
+        0,
+        "Most background turns running at once in each process; beyond, a create is a 429 "
+        "with retry-after (0: half the backend connections, docs/security.md#open-files).",
+    )
+    background_max_per_client: int = setting(
+        0,
+        "Most background turns one client (API key) runs at once in each process; beyond, "
+        "a 429 with retry-after (0: a quarter of --background-max-turns).",
     )
     state_key_file: str | None = setting(
         None,

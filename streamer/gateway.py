@@ -191,12 +191,10 @@ class Gateway:
             conversation, body, history = await self.conversation(body, history, client)
         if isinstance(body, dict) and item_references.referenced_ids(body.get("input")):
             body = {**body, "input": await self.references(body["input"], history, client)}
-        turn = prepare(body, plan.route.options.turn, history=history)  # the model's options
+        turn = prepare(body, plan.route.options.turn, history=history, client=client or "")
         await self.check_store(turn.request)  # valid: a store outage is no reason for a 400
         self.upstreams.bind(turn, plan, session, inherited=affinity)
         turn.conversation, turn.new_from = conversation, len(history)
-        if client is not None:
-            turn.client = client
         if authorization and self.settings.forward_authorization:
             turn.headers["Authorization"] = authorization
         return turn

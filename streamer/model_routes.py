@@ -17,6 +17,7 @@ from streamer.options import ModelOptions, client_options, model_knobs, model_op
 from streamer.pipeline import TurnOptions
 from streamer.upstream.body_budget import ByteBudget
 from streamer.upstream.chat.profiles import PROFILES
+from streamer.upstream.http1.connection_limit import OpenConnections
 from streamer.upstream.kinds import KINDS
 from streamer.upstream.router import Router
 
@@ -80,16 +81,22 @@ def check_config(settings: Settings) -> None:
 
 
 def build_router(
-    settings: Settings, config: ModelsConfig, base: TurnOptions, secrets: tuple[str | None, ...]
+    settings: Settings,
+    config: ModelsConfig,
+    base: TurnOptions,
+    secrets: tuple[str | None, ...],
+    open_connections: OpenConnections | None = None,
 ) -> Router:
     """The router over `config`: each model's options once, one client per replica, one
-    JSON budget for all."""
+    JSON budget for all, and one cap on the backend connections open (`open_connections`,
+    from the fd budget)."""
     budget = ByteBudget(settings.max_backend_json_bytes)
     keys = (*secrets, *(spec.api_key for spec in config.models))
     client = client_options(settings)
+    shared = {"json_budget": budget, "open_connections": open_connections}
 
     def build(spec: ModelSpec, url: str, options: ModelOptions) -> Any:
-        return backend(settings, spec, url, options, {**client, "json_budget": budget}, keys)
+        return backend(settings, spec, url, options, {**client, **shared}, keys)
 
     return Router(
         config,
@@ -119,9 +126,11 @@ def backend(
     proxied = settings.upstream or settings.config
     proxy = select_proxy(url, settings.upstream_proxy, os.environ) if proxied else None
     wire = options.kind.wire(options.profile)
-    upstream = BackendClient(url, wire, api_key=spec.api_key, proxy=proxy, **client)
-    # whatever the backend says back is scrubbed of every key this gateway knows
-    return RedactingUpstream(upstream, (*secrets, *(proxy.secrets if proxy else ())))
+    # whatever the backend says back is scrubbed of every key this gateway knows: by the
+    # client where its words enter the gateway's own, by the wrapper where they pass through
+    known = (*secrets, *(proxy.secrets if proxy else ()))
+    upstream = BackendClient(url, wire, api_key=spec.api_key, proxy=proxy, secrets=known, **client)
+    return RedactingUpstream(upstream, known)
 
 
 def reread(settings: Settings) -> ModelsConfig | None:

@@ -144,8 +144,10 @@ def prepare(
     *,
     history: Sequence[dict[str, Any]] = (),
     response_id: str | None = None,
+    client: str = "",
 ) -> Turn:
-    """Validate and lower one request. `history` is the continued response's input+output."""
+    """Validate and lower one request. `history` is the continued response's input+output;
+    `client` who asks (streamer.identity): its sealed items open only for it."""
     validate_request(request, model_required=options.lowering.model is None)
     # null means "not given" in OpenAI's API: the Response echoes the default, never null
     request = {k: v for k, v in request.items() if v is not None}
@@ -156,12 +158,13 @@ def prepare(
         raise invalid(
             f"Too many input items: {len(items)} (at most {options.max_input_items}).", "input"
         )
-    view = restore_sealed(items, options.sealer, offset=len(history))  # opened, or a 400
+    view = restore_sealed(items, options.sealer, offset=len(history), owner=client)  # or a 400
     names = ResponsesToolNames.convert(request.get("tools"), view, config=options.naming)
     compactor = None
     if is_compaction(new_items):
         backend_request = options.kind.compaction(request, view, names, options.lowering)
-        compactor = Compactor(options.sealer, last_user_request(items), options.max_output_bytes)
+        last = last_user_request(items)
+        compactor = Compactor(options.sealer, last, options.max_output_bytes, client)
     else:
         backend_request = options.kind.lower(request, view, names, options.lowering)
     response = new_response(request, response_id=response_id)
@@ -173,7 +176,7 @@ def prepare(
         response,
         limits=limits,
         prompt=prompt,
-        seal_reasoning=_reasoning_sealer(request, options),
+        seal_reasoning=_reasoning_sealer(request, options, client),
     )
     return Turn(
         request,
@@ -181,6 +184,7 @@ def prepare(
         names,
         backend_request,
         streamer,
+        client=client,
         max_seconds=options.max_turn_seconds,
         compactor=compactor,
         lowering=options.lowering,
@@ -190,7 +194,7 @@ def prepare(
 
 
 def _reasoning_sealer(
-    request: dict[str, Any], options: TurnOptions
+    request: dict[str, Any], options: TurnOptions, owner: str
 ) -> Callable[[str, str | None], str] | None:
     """Reasoning items carry their text sealed when the client asks for it (with a
     Responses backend's own blob, when it sent one)."""
@@ -201,7 +205,7 @@ def _reasoning_sealer(
 
     def seal(text: str, backend: str | None) -> str:
         extra = {BACKEND_FIELD: backend} if backend else None
-        return sealer.seal("reasoning", REASONING_FIELD, text, extra)
+        return sealer.seal("reasoning", REASONING_FIELD, text, extra, owner=owner)
 
     return seal
 

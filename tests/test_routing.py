@@ -721,11 +721,11 @@ async def test_a_model_sets_its_own_profile_settings_over_the_gateways(tmp_path:
     try:
         client = gw.sdk()
         for model in ("local", "api"):
-            await client.responses.create(model=model, input=model, max_output_tokens=9)
+            await client.responses.create(model=model, input=model, max_output_tokens=19)
         (local,), (api,) = gw.backends[0].requests, gw.backends[2].requests
-        assert local["max_tokens"] == 9 and "max_completion_tokens" not in local
+        assert local["max_tokens"] == 19 and "max_completion_tokens" not in local
         assert "stream_options" not in local  # the model's drop: no usage asked for
-        assert api["max_completion_tokens"] == 9 and "max_tokens" not in api
+        assert api["max_completion_tokens"] == 19 and "max_tokens" not in api
         assert api["stream_options"] == {"include_usage": True}
     finally:
         await gw.stop()

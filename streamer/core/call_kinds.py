@@ -27,6 +27,7 @@ import orjson
 
 from streamer.core.client_tools import CLIENT_TOOLS, ClientTool
 from streamer.core.errors import invalid
+from streamer.core.json_bounds import MAX_ITEM_DEPTH, loads_within
 from streamer.core.tools import ResponsesToolNames, ToolIdentity
 
 _CALL_STATUSES = ("in_progress", "completed", "incomplete")
@@ -149,9 +150,10 @@ def local_shell_action(arguments: str) -> dict[str, Any]:
 
 
 def json_object(arguments: str) -> Any:
-    """Tool-search arguments travel as a JSON object, not a string."""
+    """Tool-search arguments travel as a JSON object, not a string (nested deeper than an
+    item may be, they are not JSON: `json_bounds.loads_within`)."""
     try:
-        value = orjson.loads(arguments or "{}")
+        value = loads_within(arguments or "{}", MAX_ITEM_DEPTH - 1)
     except orjson.JSONDecodeError:
         return {"query": arguments}
     return value if isinstance(value, dict) else {"query": value}

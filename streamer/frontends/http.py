@@ -80,7 +80,8 @@ async def read_json(request: web.Request) -> Any:
             code="unsupported_media_type",
         )
     _check_coding(request.headers.get("Content-Encoding", ""))
-    limit = request.app[GATEWAY].settings.client_body_timeout
+    settings = request.app[GATEWAY].settings
+    limit = settings.client_body_timeout
     try:
         async with asyncio.timeout(limit):
             raw = await request.read()
@@ -103,7 +104,7 @@ async def read_json(request: web.Request) -> Any:
         raise invalid(
             f"We could not read the body of your request: {reason}.", code="invalid_body"
         ) from None
-    return parse_json(raw)
+    return parse_json(raw, settings.max_json_values)
 
 
 async def create_response(request: web.Request) -> web.StreamResponse:

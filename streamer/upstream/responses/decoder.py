@@ -11,7 +11,10 @@ backend spells them (flat, `ns.name`, or split into `namespace` and `name`, join
 (hosted tool calls, item types this gateway does not know) whole, at its
 `output_item.done`, as a `WholeItem`. `response.completed` / `incomplete` / `failed` end it
 with usage and a finish reason or an error; an `error` event is an `UpstreamError`.
-Unknown event types are skipped (their items still arrive whole at `output_item.done`).
+Event types the gateway does not know pass on as they came (`ForeignEvent`; their items
+still arrive whole at `output_item.done`). An item, annotation or event passed on must fit
+`MAX_ITEM_DEPTH` (core/json_bounds.py: what a client can send back, what the gateway's
+events can hold); one nested deeper fails the turn as malformed, naming why.
 
 `ResponsesDecoder` is `ChatDecoder`'s batching and end-of-body rules over it, with the
 framing of framing.py (raw events) and the learnt per-token shapes of event_shapes.py.
@@ -42,7 +45,9 @@ from streamer.core.deltas import (
     Usage,
     WholeItem,
 )
+from streamer.core.json_bounds import MAX_ITEM_DEPTH, too_deep
 from streamer.core.passing import about_item
+from streamer.core.scrub import excerpt, scrub
 from streamer.core.sse import SSEMessage
 from streamer.upstream.chat.decoder import INVALID_CHUNK, payload_error
 from streamer.upstream.chat.error_shapes import CONTEXT_OVERFLOW, is_context_overflow
@@ -81,6 +86,7 @@ _CALLS = tuple(row.call_type for row in CALL_KINDS.values() if row.events is not
 _STREAMED = ("message", "reasoning", *_CALLS)
 _INCOMPLETE = {"max_output_tokens": "length", "content_filter": "content_filter"}
 _SNIPPET = 120
+_ANNOTATION_DEPTH = MAX_ITEM_DEPTH - 4  # item, content, part, annotations: then the annotation
 _PIECES = tuple(row.events[0] for row in CALL_KINDS.values() if row.events is not None)
 _LESSONS = 8  # shapes learnt per stream at most: a backend whose events all differ costs little
 
@@ -95,11 +101,12 @@ class ResponsesEventDecoder:
 
     __slots__ = (
         "_annotated", "_args", "_calls", "_index", "_last", "_lessons", "_ours", "_passed",
-        "_streamed", "_summary", "_text", "_text_kind", "_tier",
+        "_secrets", "_streamed", "_summary", "_text", "_text_kind", "_tier",
         "done", "finished",
     )  # fmt: skip
 
-    def __init__(self, lessons: int = _LESSONS) -> None:
+    def __init__(self, lessons: int = _LESSONS, *, secrets: tuple[str, ...] = ()) -> None:
+        self._secrets = secrets  # taken out of the backend's error text (streamer/core/scrub.py)
         self.done = False
         self.finished = False
         self._tier: str | None = None
@@ -191,7 +198,8 @@ class ResponsesEventDecoder:
                 return False  # some relays end a Responses stream as a Chat one
             # the same characters whether the framing gave bytes or text (4 bytes a character)
             text = data[: _SNIPPET * 4]
-            text = (text.decode("utf-8", "replace") if isinstance(text, bytes) else text)[:_SNIPPET]
+            text = text.decode("utf-8", "replace") if isinstance(text, bytes) else text
+            text = excerpt(text, _SNIPPET, self._secrets)
             out.append(UpstreamError(INVALID_CHUNK, f"The backend sent malformed JSON: {text!r}"))
             return True
         if obj.__class__ is not dict:
@@ -243,7 +251,9 @@ class ResponsesEventDecoder:
             self._to_part(_index(obj, "summary_index"), out)
         elif kind == "response.output_text.annotation.added":
             annotation = obj.get("annotation")
-            if isinstance(annotation, dict):
+            if isinstance(annotation, dict) and too_deep(annotation, _ANNOTATION_DEPTH):
+                out.append(_too_deep("an annotation", annotation.get("type"), self._secrets))
+            elif isinstance(annotation, dict):
                 self._annotated.add(_at(obj))
                 out.append(Annotation(annotation))
         elif kind in _PIECES:
@@ -255,10 +265,13 @@ class ResponsesEventDecoder:
         elif kind in ("response.completed", "response.incomplete", "response.failed"):
             self._terminal(kind, obj.get("response"), out)
         elif kind == "error" or (kind is None and ("error" in obj or obj.get("object") == "error")):
-            out.append(_error(obj))
+            out.append(_error(obj, self._secrets))
         elif isinstance(kind, str) and kind not in _KNOWN:
             event = {k: v for k, v in obj.items() if k != "sequence_number"}
-            out.append(ForeignEvent(event, self._key(obj)))
+            if too_deep(event, MAX_ITEM_DEPTH):
+                out.append(_too_deep("an event", kind, self._secrets))
+            else:
+                out.append(ForeignEvent(event, self._key(obj)))
 
     def _key(self, obj: dict[str, Any]) -> Any:
         """A pass-through event's item, as `ForeignEvent.key`: none, one the gateway streams
@@ -290,6 +303,9 @@ class ResponsesEventDecoder:
         if not isinstance(item, dict):
             return
         kind = item.get("type")
+        if kind not in _STREAMED and too_deep(item, MAX_ITEM_DEPTH):
+            out.append(_too_deep("an output item", kind, self._secrets))
+            return
         if kind not in _STREAMED:  # a hosted call: opened now, its own events follow it
             self._passed.add(at)
             out.append(ItemAdded(item, at))
@@ -317,6 +333,9 @@ class ResponsesEventDecoder:
         kind = item.get("type")
         if kind in _CALLS:
             self._call_done(at, item, out)
+        # too deep to pass on (a message's annotations) or whole
+        elif kind != "reasoning" and too_deep(item, MAX_ITEM_DEPTH):
+            out.append(_too_deep("an output item", kind, self._secrets))
         elif kind == "message":
             self._message_done(at, item.get("content"), out)
         elif kind == "reasoning":
@@ -389,7 +408,7 @@ class ResponsesEventDecoder:
         if isinstance(usage, dict):
             out.append(decode_usage(usage))
         if kind == "response.failed":
-            out.append(_error({"error": response.get("error") or {}}))
+            out.append(_error({"error": response.get("error") or {}}, self._secrets))
             return
         if kind == "response.incomplete":
             reason = _str((response.get("incomplete_details") or {}).get("reason"))
@@ -409,7 +428,7 @@ class ResponsesDecoder(ChatDecoder):
         return EventFraming()
 
     def _payloads(self) -> ResponsesEventDecoder:
-        return ResponsesEventDecoder()
+        return ResponsesEventDecoder(secrets=self._secrets)
 
     def take(self) -> list[Delta]:
         """As `ChatDecoder.take`, but the batches stay small until one has a delta: a
@@ -423,8 +442,9 @@ class ResponsesDecoder(ChatDecoder):
         return out
 
 
-def decode_response_body(raw: bytes | bytearray) -> list[Delta]:
-    """A whole (non-streamed) Response, as the deltas its stream would have carried."""
+def decode_response_body(raw: bytes | bytearray, secrets: tuple[str, ...] = ()) -> list[Delta]:
+    """A whole (non-streamed) Response, as the deltas its stream would have carried
+    (`secrets`: taken out of an error it reports)."""
     try:
         body = _loads(raw)
     except orjson.JSONDecodeError:
@@ -433,14 +453,16 @@ def decode_response_body(raw: bytes | bytearray) -> list[Delta]:
         return [
             UpstreamError(INVALID_CHUNK, "The backend answered with a JSON value, not a Response.")
         ]
-    error = payload_error(body) if body.get("object") != "response" else None
+    error = payload_error(body, secrets) if body.get("object") != "response" else None
     if error is not None:
         return [error]
-    decoder = ResponsesEventDecoder()
+    decoder = ResponsesEventDecoder(secrets=secrets)
     out: list[Delta] = []
     for at, item in enumerate(body.get("output") or ()):
         if isinstance(item, dict):
             decoder._done({"item": item, "output_index": at}, out)
+            if out and out[-1].__class__ is UpstreamError:
+                return out
     status = body.get("status")
     kind = {"failed": "response.failed", "incomplete": "response.incomplete"}.get(
         status if isinstance(status, str) else "", "response.completed"
@@ -463,17 +485,34 @@ def decode_usage(usage: dict[str, Any]) -> Usage:
     )
 
 
-def _error(obj: dict[str, Any]) -> UpstreamError:
+def _too_deep(what: str, kind: Any, secrets: tuple[str, ...]) -> UpstreamError:
+    """A backend's item or event the gateway cannot pass on: nested deeper than a client
+    could send it back (and than the gateway's own events can hold)."""
+    return UpstreamError(
+        INVALID_CHUNK,
+        f"The backend sent {what} of type {excerpt(str(kind), _SNIPPET, secrets)!r} nested "
+        f"more than {MAX_ITEM_DEPTH} levels deep, which the gateway cannot pass on.",
+    )
+
+
+def _error(obj: dict[str, Any], secrets: tuple[str, ...] = ()) -> UpstreamError:
     """An `error` event (`{type, code, message, param}`), or `response.failed`'s `error`,
-    with the codes a Chat backend's errors get (context overflow recognised)."""
+    with the codes a Chat backend's errors get (context overflow recognised); the backend's
+    words scrubbed of `secrets` (whole ones)."""
     inner = obj.get("error")
     err: dict[str, Any] = inner if isinstance(inner, dict) else obj
-    code = _str(err.get("code")) or "server_error"
-    message = _str(err.get("message")) or "The backend reported an error."
-    kind = _str(err.get("type")) or None
+    code = _str(err.get("code"))
+    message = _str(err.get("message"))
+    kind = _str(err.get("type"))
     if is_context_overflow(code, message) or is_context_overflow(kind, ""):
         code = CONTEXT_OVERFLOW
-    return UpstreamError(code, message, kind)
+    elif secrets:
+        code = scrub(code, secrets)
+    if secrets:
+        message, kind = scrub(message, secrets), scrub(kind, secrets)
+    return UpstreamError(
+        code or "server_error", message or "The backend reported an error.", kind or None
+    )
 
 
 def _at(obj: dict[str, Any]) -> Any:
