@@ -17,7 +17,7 @@ import orjson
 from aiohttp import web
 
 from streamer import fd_budget, logs
-from streamer.config import Settings
+from streamer.config import NO_RELOAD, Settings
 from streamer.core.errors import RequestError
 from streamer.core.response import new_id
 from streamer.frontends.api_keys import ApiKeys
@@ -220,6 +220,8 @@ async def _start(app: web.Application) -> None:
     router.start()
     if settings.config:
         _on_sighup(app, router)
+    else:
+        _ignore_sighup(app)
     if settings.upstream and settings.profile_probe:  # which profile fits: in the log
         from streamer.upstream.chat.profile_probe import ProfileProbe
 
@@ -263,6 +265,14 @@ def _on_sighup(app: web.Application, router: Router) -> None:
         app[SIGHUP] = True
 
 
+def _ignore_sighup(app: web.Application) -> None:
+    """Without `--config` SIGHUP (logrotate, `systemctl reload`) reloads nothing: it is
+    logged and ignored, where its default action would end the process without a word."""
+    with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
+        asyncio.get_running_loop().add_signal_handler(signal.SIGHUP, log.warning, NO_RELOAD)
+        app[SIGHUP] = True
+
+
 class _Shutdown:
     """The drain started when shutdown begins, awaited once the sockets are closed."""
 
@@ -299,6 +309,8 @@ async def _finish_shutdown(app: web.Application) -> None:
 async def _stop(app: web.Application) -> None:
     if app.get(SIGHUP):
         asyncio.get_running_loop().remove_signal_handler(signal.SIGHUP)
+        with contextlib.suppress(ValueError):  # not the main thread: nothing was installed
+            signal.signal(signal.SIGHUP, signal.SIG_IGN)  # not its default action (the end)
     reloads = app.get(RELOADS)
     if reloads is not None and reloads.tasks:
         await asyncio.gather(*reloads.tasks)
@@ -445,6 +457,7 @@ def serve(settings: Settings, worker: Seat | None = None) -> None:
         flush=True,
     )
     open_file_limit(raise_soft=True)  # before create_app shares it out
+    signal.signal(signal.SIGHUP, signal.SIG_IGN)  # until startup handles it (`_ignore_sighup`)
     app = create_app(settings)
     if worker is not None:
         worker.attach(app)

@@ -39,6 +39,10 @@ def setting(default: T, help: str, *, flag: str | None = None, profile: str | No
     return field(default=default, metadata={"help": help, "flag": flag, "profile": profile})
 
 
+NO_RELOAD = "SIGHUP ignored: started without --config, there is nothing to reload"
+"""The warning a SIGHUP gets without `--config` (a single gateway and a supervisor alike)."""
+
+
 @dataclass(frozen=True, slots=True)
 class Settings:
     """Every `streamer serve` setting, each declared once, as a field: its type, default and

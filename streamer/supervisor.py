@@ -9,8 +9,9 @@ parent listens and every worker accepts on that one inherited socket.
 The parent: a worker that exits while the parent is not stopping is restarted at once,
 at most `--worker-restart-limit` times in 60 s per worker (beyond, its next start waits,
 and the log says so). SIGTERM or SIGINT sends each worker one SIGTERM: each drains as a
-single gateway does, and the parent exits once they all have (0 if every one exited 0). SIGHUP is passed on to
-every worker.
+single gateway does, and the parent exits once they all have (0 if every one exited 0).
+SIGHUP is passed on to every worker when there is a `--config` to reload, else logged and
+ignored.
 
 What the workers share: the store (a memory store is refused: `check_workers`), the state
 key (`--state-key-file`, or one the parent makes and hands to each worker, so any worker
@@ -35,7 +36,7 @@ import tempfile
 from collections import deque
 
 from streamer import logs
-from streamer.config import Settings
+from streamer.config import NO_RELOAD, Settings
 from streamer.metrics import MULTIPROC_DIR
 from streamer.worker import Seat
 
@@ -230,7 +231,11 @@ class Supervisor:
             slot.budget.record(loop.time())
 
     def pass_hangup(self) -> None:
-        """SIGHUP goes to every worker (each ignores it unless it reloads on it)."""
+        """SIGHUP goes to every worker when they reload on it (`--config`); else it is
+        logged and ignored here."""
+        if not self.settings.config:
+            log.warning(NO_RELOAD)
+            return
         running = [s.process for s in self.slots if s.process and s.process.returncode is None]
         for proc in running:
             proc.send_signal(signal.SIGHUP)

@@ -33,7 +33,7 @@ from scripted_backend import (
     usage,
 )
 
-from streamer.config import Settings
+from streamer.config import NO_RELOAD, Settings
 from streamer.supervisor import RestartBudget, check_workers
 from streamer.worker import WORKER_HEADER, Seat
 
@@ -278,9 +278,9 @@ async def test_killed_worker_is_restarted_within_its_limit(tmp_path: Path, redis
             other, pid = await _client_on(gw, 1)  # worker 1 serves meanwhile
             assert pid == first[1]
             await other.close()
-            gw.process.send_signal(signal.SIGHUP)  # passed on; stops nobody
+            gw.process.send_signal(signal.SIGHUP)  # no --config: logged, stops nobody
             async with asyncio.timeout(BOUND):
-                while "SIGHUP passed to 1 workers" not in gw.log():
+                while NO_RELOAD not in gw.log():
                     await asyncio.sleep(0.05)
             other, pid = await _client_on(gw, 1)
             assert pid == first[1] and gw.process.returncode is None

@@ -1,0 +1,73 @@
+"""The signals an operator's tools send a gateway, on real processes.
+
+SIGHUP is what logrotate and `systemctl reload` send. With `--config` it reloads the
+models (tests/test_routing.py); without one there is nothing to reload, and it is logged
+and ignored, by a single gateway, by a `--workers` supervisor and by a worker itself
+(issue 27 row 7: the process died without a word, its default action).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+from pathlib import Path
+
+import aiohttp
+import pytest
+from builders import GatewayProcess, gateway_process
+from redis_server import RedisServer, requires_redis
+
+from streamer.config import NO_RELOAD
+
+BOUND = 30  # seconds any one step may take on a loaded machine (a bound, not a claim)
+
+
+async def until_logged(gw: GatewayProcess, text: str, count: int = 1) -> None:
+    """Until `text` is in the gateway's log `count` times (it exits or BOUND: a failure)."""
+    async with asyncio.timeout(BOUND):
+        while gw.log().count(text) < count:
+            assert gw.process.returncode is None, f"exited {gw.process.returncode}:\n{gw.log()}"
+            await asyncio.sleep(0.02)
+
+
+async def answers(gw: GatewayProcess) -> dict[str, object]:
+    """A turn through the gateway (it still serves), and its /healthz."""
+    async with aiohttp.ClientSession() as http:
+        body = {"model": "m", "input": "hi"}
+        async with http.post(f"{gw.url}/responses", json=body) as reply:
+            assert reply.status == 200, await reply.text()
+            assert (await reply.json())["status"] == "completed"
+        async with http.get(gw.origin + "/healthz", headers={"Connection": "close"}) as reply:
+            return dict(await reply.json())
+
+
+async def test_sighup_without_config_is_logged_and_ignored(tmp_path: Path) -> None:
+    async with gateway_process(tmp_path / "gw.log") as gw:  # the embedded model, no --config
+        for n in (1, 2):
+            gw.process.send_signal(signal.SIGHUP)
+            await until_logged(gw, NO_RELOAD, n)
+        await answers(gw)
+        assert gw.process.returncode is None
+        assert await gw.terminate(BOUND) == 0, gw.log()
+
+
+@pytest.mark.redis
+@requires_redis
+async def test_sighup_without_config_is_ignored_by_workers_and_their_supervisor(
+    tmp_path: Path,
+) -> None:
+    async with RedisServer() as redis:
+        args = ("--workers", "2", "--store", redis.url)
+        async with gateway_process(tmp_path / "gw.log", *args) as gw:
+            gw.process.send_signal(signal.SIGHUP)  # the supervisor: logged, not passed on
+            await until_logged(gw, NO_RELOAD, 1)
+            worker = (await answers(gw))["worker"]
+            assert isinstance(worker, dict)
+            os.kill(int(worker["pid"]), signal.SIGHUP)  # a worker itself
+            await until_logged(gw, NO_RELOAD, 2)
+            again = (await answers(gw))["worker"]
+            assert isinstance(again, dict)
+            assert "exited" not in gw.log(), gw.log()  # no worker was restarted
+            assert gw.process.returncode is None
+            assert await gw.terminate(BOUND) == 0, gw.log()
