@@ -824,3 +824,57 @@ async def test_cancelling_a_blocked_follower_leaves_the_store_sound(stores: Stor
     await a.append_event(rid, 1, completed(1))
     assert await follower == [0, 1]
     assert (await b.get(rid)) is not None
+
+
+# -- leases of background turns (streamer/frontends/leases.py) ------------------------------
+
+
+async def until_lapsed(store: Any, response_id: str) -> None:
+    """Until nobody holds the lease (its PX or expiry ran out), within 10 s."""
+    async with asyncio.timeout(10):
+        while await store.lease_alive(response_id):
+            await asyncio.sleep(0.02)
+
+
+async def test_a_lease_has_one_holder_until_it_lapses(stores: Stores) -> None:
+    a, b = stores.open(), stores.open()
+    held, short = new_id(), new_id()
+    assert await a.hold_lease(held, "A", 30) is True
+    assert await b.hold_lease(held, "B", 30) is False  # A's while it lasts
+    assert await a.hold_lease(held, "A", 30) is True  # renewed
+    assert await b.lease_alive(held)
+
+    assert await a.hold_lease(short, "A", 0.2) is True
+    await until_lapsed(b, short)
+    assert await b.lapsed_leases(100) == [short]  # listed, nobody holds it: the sweep's
+    assert await b.hold_lease(short, "B", 30) is True  # taken over
+    assert await a.hold_lease(short, "A", 30) is False  # its old holder cannot renew it
+    assert await a.lapsed_leases(100) == []
+
+    await b.release_lease(short, None)  # off the list, the lease kept until it lapses
+    assert await a.lease_alive(short) and await a.hold_lease(short, "A", 30) is False
+    await a.release_lease(held, "B")  # not B's: it stays
+    assert await b.lease_alive(held)
+    await a.release_lease(held, "A")
+    assert not await b.lease_alive(held)
+    assert await b.hold_lease(held, "B", 0.2) is True  # free again
+    await until_lapsed(a, held)
+    assert await a.lapsed_leases(100) == [held]
+    await a.release_lease(held, None)
+    assert await b.lapsed_leases(100) == []
+
+
+async def test_last_seq_is_the_last_logged_event_until_the_log_ends(stores: Stores) -> None:
+    a, b = stores.open(), stores.open()
+    rid, ended = new_id(), new_id()
+    assert await b.last_seq(rid) == -1
+    await a.put(record(rid, status="in_progress"))
+    for seq in range(3):
+        await a.append_event(rid, seq, event(seq))
+    assert await b.last_seq(rid) == 2
+    await a.append_event(rid, 3, completed(3))
+    assert await b.last_seq(rid) is None
+    await a.put(record(ended, status="in_progress"))
+    await a.append_event(ended, 0, event(0))
+    await a.end_events(ended)
+    assert await b.last_seq(ended) is None

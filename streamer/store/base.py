@@ -147,6 +147,28 @@ class ResponseStore(Protocol):
     async def wait_cancel(self, response_id: str) -> None:
         """Return once anyone, on any instance, asked to cancel (before or after this call)."""
 
+    async def last_seq(self, response_id: str) -> int | None:
+        """The seq of the last event logged for the response (-1: none yet); None once its
+        log ended (a terminal event or `end_events`: nothing more can be logged)."""
+
+    # -- leases of running background turns (streamer/frontends/leases.py) -------------------
+
+    async def hold_lease(self, response_id: str, holder: str, seconds: float) -> bool:
+        """Take the response's lease for `seconds`, or renew it: True while `holder` has it
+        (it was free, lapsed with nobody else taking it, or is its own already); False once
+        another holder has it. Taking it lists the id (`lapsed_leases`) until it is
+        released. One atomic step on the store: of two holders, one wins."""
+
+    async def lease_alive(self, response_id: str) -> bool:
+        """Whether somebody holds the response's lease now."""
+
+    async def release_lease(self, response_id: str, holder: str | None) -> None:
+        """The id off the list of leases; the lease itself let go if `holder` has it (None:
+        kept until it lapses)."""
+
+    async def lapsed_leases(self, limit: int) -> list[str]:
+        """At most `limit` listed ids whose lease lapsed (nobody renewed it in time)."""
+
     async def ping(self) -> bool:
         """Whether the store takes a write now (it writes a small probe; `/readyz`)."""
 

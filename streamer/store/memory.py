@@ -55,6 +55,13 @@ class _Log:
 
 
 @dataclass(slots=True)
+class _Lease:
+    holder: str
+    expires: float
+    listed: bool = True  # among the leases `lapsed_leases` looks at (until released)
+
+
+@dataclass(slots=True)
 class _Entry:
     expires: float
     response: bytes | None = None  # None: only an event log exists so far
@@ -97,6 +104,9 @@ class MemoryStore:
         self._items: dict[str, str] = {}
         self._bytes = 0
         self._secrets: dict[str, bytes] = {}
+        # response id -> its lease (background turns running, and the turns being ended);
+        # at most `max_responses`, the lapsed ones that are no longer listed dropped first
+        self._leases: dict[str, _Lease] = {}
 
     def __len__(self) -> int:
         return len(self._entries)
@@ -215,6 +225,52 @@ class MemoryStore:
         if entry is not None:
             entry.log = entry.log or _Log()
             entry.log.finish()
+
+    async def last_seq(self, response_id: str) -> int | None:
+        entry = self._live(response_id)
+        log = entry.log if entry is not None else None
+        if log is None:
+            return -1
+        if log.done:
+            return None
+        return log.events[-1][0] if log.events else -1
+
+    # -- leases ----------------------------------------------------------------------------
+
+    async def hold_lease(self, response_id: str, holder: str, seconds: float) -> bool:
+        now = self._clock()
+        lease = self._leases.get(response_id)
+        if lease is not None and lease.expires > now and lease.holder != holder:
+            return False
+        self._leases[response_id] = _Lease(holder, now + seconds)
+        if len(self._leases) > self.max_responses:
+            self._trim_leases(now)
+        return True
+
+    async def lease_alive(self, response_id: str) -> bool:
+        lease = self._leases.get(response_id)
+        return lease is not None and lease.expires > self._clock()
+
+    async def release_lease(self, response_id: str, holder: str | None) -> None:
+        lease = self._leases.get(response_id)
+        if lease is None:
+            return
+        lease.listed = False
+        if lease.holder == holder or lease.expires <= self._clock():
+            del self._leases[response_id]
+
+    async def lapsed_leases(self, limit: int) -> list[str]:
+        now = self._clock()
+        lapsed = (i for i, lease in self._leases.items() if lease.listed and lease.expires <= now)
+        return [i for _, i in zip(range(limit), lapsed, strict=False)]
+
+    def _trim_leases(self, now: float) -> None:
+        """Over the bound: the lapsed leases nobody lists go, then the oldest taken."""
+        for response_id, lease in list(self._leases.items()):
+            if not lease.listed and lease.expires <= now:
+                del self._leases[response_id]
+        while len(self._leases) > self.max_responses:
+            del self._leases[next(iter(self._leases))]
 
     # -- cancellation ----------------------------------------------------------------------
 

@@ -28,6 +28,11 @@ _COUNTED = (
     "request_cancel",
     "ping",
     "shared_secret",
+    "last_seq",
+    "hold_lease",
+    "lease_alive",
+    "release_lease",
+    "lapsed_leases",
 )
 _LOOKUPS = frozenset({"get", "get_response", "get_item", "delete", "input_items"})
 

@@ -10,6 +10,10 @@ Keys per response (hash-tagged on the id, so a Redis Cluster keeps them in one s
   {p}cancel:{id}   flag set by request_cancel; also published on the `{p}cancel` channel
   {p}item:{item}   the id of the response that last stored item `item` (input or output),
                    for item_reference; written apart from the record (its own slot)
+  {p}lease:{id}    who runs the background turn (a holder token, with the lease's PX); taken,
+                   renewed and let go by one-key scripts, so of two holders one wins
+  {p}leases        sorted set of the ids with a lease, scored by when it lapses (ms, the
+                   holder's clock): where the sweep looks for turns nobody runs any more
 Everything carries the TTL; appending an event refreshes it for the whole response. Beside
 them, `{p}secret:{name}` (no TTL: the shared state key) and `{p}probe` (readiness).
 
@@ -22,6 +26,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import time
 from collections.abc import AsyncIterator, Awaitable
 from typing import Any, TypeVar
 
@@ -54,6 +59,17 @@ T = TypeVar("T")
 # One XREAD answer for one stream: its entries, each an id and its fields (bytes, undecoded).
 StreamEntries = list[tuple[bytes, dict[bytes, bytes]]]
 _FIELDS = ("r", "i", "o", "a")
+# A lease kept or taken: free, lapsed or already the holder's (1), else another's (0).
+_HOLD = """
+local held = redis.call('GET', KEYS[1])
+if held and held ~= ARGV[1] then return 0 end
+redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+return 1
+"""
+_LET_GO = """
+if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
+return 0
+"""
 
 
 class RedisStore:
@@ -95,6 +111,7 @@ class RedisStore:
         # XREAD BLOCK needs a read timeout longer than the block itself: its own pool.
         self._rb = connect(self.target, tls, socket_timeout=block_seconds + op_timeout, **options)
         self._channel = f"{key_prefix}cancel".encode()
+        self._leases = f"{key_prefix}leases"
         self._probe = f"{key_prefix}probe:{{{os.urandom(6).hex()}}}"
         self._waiters: dict[str, set[asyncio.Event]] = {}
         self._listener: asyncio.Task[None] | None = None
@@ -291,6 +308,47 @@ class RedisStore:
         pipe.xadd(skey, {"e": b"1"})
         pipe.pexpire(skey, self.ttl_ms)
         await self._call(pipe.execute())
+
+    async def last_seq(self, response_id: str) -> int | None:
+        entries = await self._call(self._r.xrevrange(self._key("events", response_id), count=1))
+        if not entries:
+            return -1
+        entry_id, fields = entries[0]
+        if b"e" in fields or b"t" in fields:  # ended (a terminal entry has its end after it)
+            return None
+        return int(entry_id.split(b"-")[1]) - 1
+
+    # -- leases ----------------------------------------------------------------------------
+
+    async def hold_lease(self, response_id: str, holder: str, seconds: float) -> bool:
+        ms = max(1, int(seconds * 1000))
+        key = self._key("lease", response_id)
+        if not await self._call(self._r.eval(_HOLD, 1, key, holder, ms)):
+            return False
+        lapses = int(time.time() * 1000) + ms
+        await self._call(self._r.zadd(self._leases, {response_id: lapses}))
+        return True
+
+    async def lease_alive(self, response_id: str) -> bool:
+        return bool(await self._call(self._r.exists(self._key("lease", response_id))))
+
+    async def release_lease(self, response_id: str, holder: str | None) -> None:
+        if holder is not None:
+            key = self._key("lease", response_id)
+            await self._call(self._r.eval(_LET_GO, 1, key, holder))
+        await self._call(self._r.zrem(self._leases, response_id))
+
+    async def lapsed_leases(self, limit: int) -> list[str]:
+        now = int(time.time() * 1000)
+        due = await self._call(self._r.zrangebyscore(self._leases, "-inf", now, 0, limit))
+        ids = [_text(i) or "" for i in due]
+        if not ids:
+            return []
+        pipe = self._r.pipeline(transaction=False)  # one slot per lease: no MGET
+        for response_id in ids:
+            pipe.exists(self._key("lease", response_id))
+        held = await self._call(pipe.execute())
+        return [i for i, alive in zip(ids, held, strict=True) if not alive]
 
     # -- cancellation ----------------------------------------------------------------------
 

@@ -6,7 +6,8 @@ costs far more than a row, and under load many turns end at once.
 Tables: `records` (one row per response: the response and its input items as orjson, owner,
 affinity, expiry and size), `items` (item id -> the record that last held it, for
 item_reference), `events` and `logs` (a background response's event log and its end),
-`secrets` (the state key) and `probe` (readiness). One row holds a whole record, written in
+`secrets` (the state key), `probe` (readiness) and `leases` (who runs each background
+turn: streamer/frontends/leases.py). One row holds a whole record, written in
 one statement: a record is whole or absent. Expiry is wall-clock time (it outlives the
 process); expired rows are never read and are deleted as writes go on.
 """
@@ -38,6 +39,8 @@ CREATE TABLE IF NOT EXISTS events (
     PRIMARY KEY (id, seq)) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS secrets (name TEXT PRIMARY KEY, value BLOB NOT NULL);
 CREATE TABLE IF NOT EXISTS probe (one INTEGER PRIMARY KEY, at REAL NOT NULL);
+CREATE TABLE IF NOT EXISTS leases (
+    id TEXT PRIMARY KEY, holder TEXT NOT NULL, expires REAL NOT NULL, listed INTEGER NOT NULL);
 """
 _EVENT_OVERHEAD = 64  # a row's key and bookkeeping, roughly (as the memory store counts)
 _RECORD_OVERHEAD = 256
@@ -65,6 +68,8 @@ class Database:
         conn.execute("PRAGMA journal_mode=WAL")  # readers never wait for the writer
         conn.execute("PRAGMA synchronous=NORMAL")  # WAL: a crash of the process loses nothing
         conn.executescript(SCHEMA)
+        # One process per file (the store's lock): whoever held a lease before is gone.
+        conn.execute("UPDATE leases SET expires = 0 WHERE listed = 1")
         return cls(conn, ttl, max_bytes, clock)
 
     def _scalar(self, sql: str, args: Sequence[Any] = ()) -> int:
@@ -220,6 +225,41 @@ class Database:
         ).fetchone()
         return (int(row[0]), int(row[1])) if row is not None else None
 
+    def last_seq(self, response_id: str) -> int | None:
+        log = self._log(response_id, self.clock())
+        if log is None:
+            return -1
+        return None if log[1] else log[0]
+
+    # -- leases (the writes run inside `write_batch`) ----------------------------------------
+
+    def hold_lease(self, response_id: str, holder: str, seconds: float) -> bool:
+        now = self.clock()
+        row = self.conn.execute(
+            "SELECT holder FROM leases WHERE id = ? AND expires > ?", (response_id, now)
+        ).fetchone()
+        if row is not None and row[0] != holder:
+            return False
+        self.conn.execute("INSERT OR REPLACE INTO leases VALUES (?, ?, ?, 1)",
+                          (response_id, holder, now + seconds))  # fmt: skip
+        return True
+
+    def lease_alive(self, response_id: str) -> bool:
+        return bool(self._scalar("SELECT count(*) FROM leases WHERE id = ? AND expires > ?",
+                                 (response_id, self.clock())))  # fmt: skip
+
+    def release_lease(self, response_id: str, holder: str | None) -> None:
+        self.conn.execute("UPDATE leases SET listed = 0 WHERE id = ?", (response_id,))
+        self.conn.execute("DELETE FROM leases WHERE id = ? AND (holder = ? OR expires <= ?)",
+                          (response_id, holder, self.clock()))  # fmt: skip
+
+    def lapsed_leases(self, limit: int) -> list[str]:
+        rows = self.conn.execute(
+            "SELECT id FROM leases WHERE listed = 1 AND expires <= ? LIMIT ?",
+            (self.clock(), limit),
+        )
+        return [str(row[0]) for row in rows]
+
     # -- the rest --------------------------------------------------------------------------
 
     def secret(self, name: str, candidate: bytes) -> bytes:
@@ -243,6 +283,7 @@ class Database:
             )
         ]
         self._drop(gone)
+        self.conn.execute("DELETE FROM leases WHERE listed = 0 AND expires <= ?", (now,))
         while self.bytes > self.max_bytes:
             rows = self.conn.execute(
                 "SELECT id FROM records WHERE id != ? ORDER BY expires LIMIT 16", (keep,)
@@ -260,7 +301,7 @@ class Database:
             size += self._scalar("SELECT size FROM logs WHERE id = ?", (response_id,))
             self.bytes -= size
             for table, column in (("records", "id"), ("items", "record"), ("logs", "id"),
-                                  ("events", "id")):  # fmt: skip
+                                  ("events", "id"), ("leases", "id")):  # fmt: skip
                 self.conn.execute(f"DELETE FROM {table} WHERE {column} = ?", (response_id,))
 
     def close(self) -> None:

@@ -202,6 +202,23 @@ class SqliteStore:
         await self._write(self._db.end, response_id)
         self._wake([response_id])
 
+    async def last_seq(self, response_id: str) -> int | None:
+        return await self._run(self._db.last_seq, response_id)
+
+    # -- leases ----------------------------------------------------------------------------
+
+    async def hold_lease(self, response_id: str, holder: str, seconds: float) -> bool:
+        return await self._write(self._db.hold_lease, response_id, holder, seconds)
+
+    async def lease_alive(self, response_id: str) -> bool:
+        return await self._run(self._db.lease_alive, response_id)
+
+    async def release_lease(self, response_id: str, holder: str | None) -> None:
+        await self._write(self._db.release_lease, response_id, holder)
+
+    async def lapsed_leases(self, limit: int) -> list[str]:
+        return await self._run(self._db.lapsed_leases, limit)
+
     # -- cancellation ----------------------------------------------------------------------
 
     async def request_cancel(self, response_id: str) -> None:
