@@ -209,6 +209,8 @@ async def _start(app: web.Application) -> None:
         store_wait=settings.background_store_wait,
         cancel_wait=settings.background_cancel_wait,
         caps=TurnCaps(budget.background, budget.background_per_client),
+        lease=settings.background_lease,
+        keep_for=settings.store_ttl,
     )
     upstreams = UpstreamRegistry(router)
     gateway = Gateway(settings, upstreams, store, background, options=options)
@@ -218,6 +220,7 @@ async def _start(app: web.Application) -> None:
     observe_store(store, gateway.metrics.store_operations, gateway.metrics.store_incomplete)
     app[GATEWAY] = gateway
     router.start()
+    background.leases.start_sweeping()  # the turns of instances that stopped: ended failed
     if settings.config:
         _on_sighup(app, router)
     else:
@@ -329,6 +332,8 @@ def check_settings(settings: Settings) -> None:
     """Refuse, before serving, settings the front door cannot work with (ValueError)."""
     if settings.client_header_timeout <= 0 or settings.client_body_timeout <= 0:
         raise ValueError("--client-header-timeout and --client-body-timeout must be > 0")
+    if settings.background_lease <= 0:
+        raise ValueError("--background-lease must be > 0 (seconds)")
     if settings.metrics_auth and not settings.client_keys():
         raise ValueError("--metrics-auth needs client keys (--api-key or --api-key-file)")
     load_model_catalog(settings.model_metadata)  # a wrong file stops the gateway here

@@ -335,6 +335,13 @@ class Settings:
         "Seconds a cancel waits for the instance running a background turn to end it, "
         "before ending it itself.",
     )
+    background_lease: float = setting(
+        10.0,
+        "Seconds the lease an instance holds on each background turn it runs lasts "
+        "(renewed every third of it). An instance that stops renewing (killed, lost) has its "
+        "turns ended failed once their lease lapses, by whichever instance sees it first: "
+        "a poll, a follower, or the sweep each instance makes at startup and at this interval.",
+    )
     background_max_turns: int = setting(
         0,
         "Most background turns running at once in each process; beyond, a create is a 429 "

@@ -18,6 +18,10 @@ orphaned response itself.
 
 How many run at once is capped, in all and per client (`TurnCaps`, background_caps.py):
 a create beyond is a 429 before anything is stored.
+
+The instance running a turn holds a lease on it in the store (leases.py): if the instance
+stops, whoever sees the lease lapse first (a poller, a follower, a sweep) ends the turn
+`failed`, and every follower gets that end.
 """
 
 from __future__ import annotations
@@ -38,6 +42,7 @@ from streamer.core.errors import RequestError, invalid
 from streamer.core.events import Event
 from streamer.core.response import usage_object
 from streamer.frontends.background_caps import TurnCaps
+from streamer.frontends.leases import RUNNING, Leases
 from streamer.pipeline import Sink, Turn
 from streamer.records import stored
 from streamer.store import TERMINAL_EVENT_TYPES, ResponseStore, StoreUnavailable
@@ -46,7 +51,6 @@ from streamer.store.base import event_type
 log = logging.getLogger("streamer.frontends.background")
 T = TypeVar("T")
 
-RUNNING = ("queued", "in_progress")
 # The record is rewritten just before these go to the log, so whoever sees the event
 # (a follower, a cancel on another instance) then reads the matching status.
 _STATUS_EVENTS = frozenset({"response.in_progress", *TERMINAL_EVENT_TYPES})
@@ -89,6 +93,8 @@ class Background:
         store_wait: float,
         cancel_wait: float = 5.0,
         caps: TurnCaps | None = None,
+        lease: float = 10.0,
+        keep_for: float = 3600.0,
     ):
         self.store = store
         self.store_wait = store_wait  # --background-store-wait
@@ -99,6 +105,8 @@ class Background:
         self.unlogged: dict[str, deque[Event]] = {}
         # --background-max-turns / --background-max-per-client (the app's: the fd budget's)
         self.caps = caps or TurnCaps(DEFAULT_CAP, DEFAULT_CAP // 4)
+        # --background-lease: held on each turn run here; `keep_for`: the store's TTL
+        self.leases = Leases(store, lease, keep_for)
 
     async def start(self, turn: Turn, run: TurnRun) -> bytes:
         """Accept a background turn: stored as queued, then `run` in its own task; the
@@ -107,11 +115,14 @@ class Background:
         response_id, client = turn.response["id"], turn.client
         queued = turn.streamer.queued()
         try:
-            # A store outage is a 503 here, before anything started. The event goes first:
-            # a failure then leaves no record that would read `queued` until its TTL.
+            # A store outage is a 503 here, before anything started. The lease first: no
+            # record is ever seen running without one. Then the event: a failure leaves no
+            # record that would read `queued` until its TTL.
+            await self.leases.take(response_id)
             await self.log(turn, queued, wait=0.0)
             await self._put(turn)
         except BaseException:
+            await self.leases.release(response_id)
             self.unlogged.pop(response_id, None)
             self.caps.give(client)
             _close_recording(turn)
@@ -146,11 +157,15 @@ class Background:
         response_id = turn.response["id"]
         running = asyncio.create_task(self._turn(turn, run))
         watcher = asyncio.create_task(self._cancel_requested(response_id))
+        keeper = asyncio.create_task(self.leases.keep(response_id))
         try:
-            await asyncio.wait({running, watcher}, return_when=asyncio.FIRST_COMPLETED)
-            if not running.done():  # cancelled: stop the backend now, end `cancelled`
+            done, _ = await asyncio.wait(
+                {running, watcher, keeper}, return_when=asyncio.FIRST_COMPLETED
+            )
+            if not running.done():  # stop the backend now
                 await _stop(running)
-                await self.log(turn, turn.streamer.cancel())
+                if keeper not in done:  # cancelled: end `cancelled` (else ended elsewhere)
+                    await self.log(turn, turn.streamer.cancel())
         except asyncio.CancelledError:
             await _stop(running)
             with contextlib.suppress(Exception):
@@ -158,10 +173,12 @@ class Background:
             raise
         finally:
             watcher.cancel()
+            keeper.cancel()
             self.unlogged.pop(response_id, None)
             _close_recording(turn)
             with contextlib.suppress(Exception):
                 await self.store.end_events(response_id)
+            await self.leases.release(response_id)
 
     async def _turn(self, turn: Turn, run: TurnRun) -> None:
         """Run the turn into the log; every failure ends it `failed` (the backend is
@@ -250,6 +267,7 @@ class Background:
         return await store.get_response(response_id) or response
 
     async def close(self) -> None:
+        await self.leases.close()
         for task in list(self.tasks.values()):
             task.cancel()
         for task in list(self.tasks.values()):
@@ -316,15 +334,22 @@ async def _end_orphan(store: ResponseStore, response_id: str, last: int) -> None
 
 
 async def follow(
-    request: web.Request, store: ResponseStore, response_id: str, *, after: int
+    request: web.Request,
+    store: ResponseStore,
+    response_id: str,
+    *,
+    after: int,
+    leases: Leases | None = None,
 ) -> web.StreamResponse:
     """Replay the logged events after `after`, then follow live ones, as SSE.
 
     The stream always ends with a terminal event or an `error` event: a log that ended
-    without one (its writer gave up on the store) is closed with an `error`."""
+    without one (its writer gave up on the store) is closed with an `error`. With `leases`,
+    the follower also ends the response if its runner's lease lapses (leases.py)."""
     reply = web.StreamResponse(headers=SSE_HEADERS)
     await reply.prepare(request)
     last, kind = after, None
+    watch = asyncio.create_task(leases.watch(response_id)) if leases is not None else None
     async with contextlib.aclosing(_log_of(store, response_id, after)) as logged:
         try:
             async for last, data in logged:
@@ -340,6 +365,9 @@ async def follow(
             await reply.write(_error_event(last + 1, STORE_FAILED, message))
         except ConnectionResetError:  # the follower left; the turn itself goes on
             return reply
+        finally:
+            if watch is not None:
+                watch.cancel()
     await reply.write_eof()
     return reply
 

@@ -124,7 +124,8 @@ async def create_response(request: web.Request) -> web.StreamResponse:
         snapshot = await gateway.start_background(turn)
         if not turn.request.get("stream"):
             return web.Response(body=snapshot, content_type="application/json")
-        return await follow(request, gateway.store, turn.response["id"], after=-1)
+        leases = gateway.background.leases
+        return await follow(request, gateway.store, turn.response["id"], after=-1, leases=leases)
     with gateway.in_flight.tracking():
         if not body.get("stream"):
             await gateway.run(turn, JSONSink(), "json")

@@ -6,15 +6,18 @@ response is not found, whatever the route.
 
 from __future__ import annotations
 
+import contextlib
 from typing import Literal
 
 from aiohttp import web
 
 from streamer.conversations import is_conversation_id
 from streamer.core.errors import RequestError, invalid
-from streamer.frontends.background import RUNNING, follow
+from streamer.frontends.background import follow
 from streamer.frontends.http import GATEWAY, json_response
+from streamer.frontends.leases import RUNNING, running_background
 from streamer.identity import CLIENT
+from streamer.store import StoreUnavailable
 
 
 def _not_found(response_id: str) -> RequestError:
@@ -69,15 +72,23 @@ async def get_response(request: web.Request) -> web.StreamResponse:
     """GET /v1/responses/{id}; with `stream=true`, replay after `starting_after` and follow."""
     gateway = request.app[GATEWAY]
     response_id = _response_id(request)
-    response = await gateway.store.get_response(response_id, owner=owner_of(request))
+    owner = owner_of(request)
+    response = await gateway.store.get_response(response_id, owner=owner)
     if response is None:
         raise _not_found(response_id)
     if request.query.get("stream", "").lower() not in ("true", "1"):
+        if running_background(response):  # a poll: its runner may be gone (leases.py)
+            with contextlib.suppress(StoreUnavailable):
+                if await gateway.background.leases.end_if_lapsed(response_id):
+                    response = await gateway.store.get_response(response_id, owner=owner)
+        if response is None:
+            raise _not_found(response_id)
         return json_response(response)
     if not response.get("background"):
         raise invalid("Only background responses can be streamed again.", "stream")
     after = int_arg(request, "starting_after", -1)
-    return await follow(request, gateway.store, response_id, after=after)
+    leases = gateway.background.leases
+    return await follow(request, gateway.store, response_id, after=after, leases=leases)
 
 
 async def delete_response(request: web.Request) -> web.Response:
