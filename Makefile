@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed
 HOST ?= 127.0.0.1
 PORT ?= 8080
 
-.PHONY: lock run test test-backends compliance llamacpp lint format install codex aisdk agentsjs redis bench bench-quick soak fuzz clean
+.PHONY: lock run test test-backends compliance llamacpp lint format install codex aisdk agentsjs redis haproxy bench bench-quick soak fuzz clean
 
 $(STAMP): pyproject.toml requirements.lock
 	$(PY) -m venv $(VENV)
@@ -57,6 +57,9 @@ llamacpp:
 
 redis:
 	command -v redis-server >/dev/null || (apt-get update -qq && apt-get install -y -qq redis-server)
+
+haproxy:
+	command -v haproxy >/dev/null || test -x /usr/sbin/haproxy || (apt-get update -qq && apt-get install -y -qq haproxy)
 
 ## The benchmark suite: the gateway against the raw relay and the peers (bench/README.md).
 bench: $(STAMP)

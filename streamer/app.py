@@ -28,6 +28,7 @@ from streamer.gateway import Gateway, store_unavailable
 from streamer.identity import CLIENT
 from streamer.logs import choose_request_id
 from streamer.model_metadata import load_model_catalog
+from streamer.stopping import DRAINING, Draining, serve_until_signalled
 
 if TYPE_CHECKING:
     from streamer.upstream.chat.profile_probe import ProfileProbe
@@ -116,10 +117,14 @@ def _http_error(request: web.Request, exc: web.HTTPException) -> RequestError:
 
 
 async def _add_request_id(request: web.Request, response: web.StreamResponse) -> None:
-    """`on_response_prepare`: every answer (SSE, background streams, upgrades) names its id."""
+    """`on_response_prepare`: every answer (SSE, background streams, upgrades) names its id;
+    in the drain window (stopping.py) each asks to close its connection."""
     rid = request.get(REQUEST_ID)
     if rid is not None:
         response.headers["X-Request-Id"] = rid
+    if request.app[DRAINING].open:  # the hook runs once aiohttp wrote its Connection header
+        response.force_close()
+        response.headers["Connection"] = "close"
 
 
 @web.middleware
@@ -332,6 +337,8 @@ def check_settings(settings: Settings) -> None:
     """Refuse, before serving, settings the front door cannot work with (ValueError)."""
     if settings.client_header_timeout <= 0 or settings.client_body_timeout <= 0:
         raise ValueError("--client-header-timeout and --client-body-timeout must be > 0")
+    if settings.drain_seconds < 0:
+        raise ValueError("--drain-seconds must be 0 or more")
     if settings.background_lease <= 0:
         raise ValueError("--background-lease must be > 0 (seconds)")
     if settings.metrics_auth and not settings.client_keys():
@@ -382,6 +389,7 @@ def create_app(settings: Settings) -> web.Application:
     app[SETTINGS] = settings
     app[FD_BUDGET] = budget
     app[FRONT_DOOR] = front
+    app[DRAINING] = Draining()
     app.on_response_prepare.append(_add_request_id)
     app[SHUTDOWN] = _Shutdown()
     app.on_startup.append(_start)
@@ -427,20 +435,17 @@ async def _freeze_startup_objects(app: web.Application) -> None:
 
 
 async def _run(app: web.Application, settings: Settings, worker: Seat | None) -> None:
-    """Serve `app` behind the front door until SIGINT/SIGTERM (`web.GracefulExit`)."""
+    """Serve `app` behind the front door until SIGINT/SIGTERM, then stop (stopping.py:
+    the drain window, then the shutdown)."""
     runner = web.AppRunner(
         app,
-        handle_signals=True,
+        handle_signals=False,  # stopping.py's, with the drain window
         handler_cancellation=True,
         shutdown_timeout=SHUTDOWN_BACKSTOP,  # the grace is spent in the on_shutdown drain
     )
     await runner.setup()
-    try:
-        site = worker.site(runner) if worker else GuardedSite(runner, settings.host, settings.port)
-        await site.start()
-        await asyncio.Event().wait()  # until a signal raises GracefulExit
-    finally:
-        await runner.cleanup()
+    site = worker.site(runner) if worker else GuardedSite(runner, settings.host, settings.port)
+    await serve_until_signalled(runner, site, app[DRAINING], settings.drain_seconds)
 
 
 def serve(settings: Settings, worker: Seat | None = None) -> None:

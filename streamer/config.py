@@ -360,6 +360,13 @@ class Settings:
     )
     tap_dir: str | None = setting(None, "Record every exchange as JSON lines in this folder.")
     shutdown_grace: float = setting(30.0, "Seconds in-flight streams get to finish on SIGTERM.")
+    drain_seconds: float = setting(
+        0.0,
+        "Seconds between SIGTERM and the listener closing, in which /readyz answers 503 and "
+        "answers close their connection while everything is served as before, so a load "
+        "balancer moves the traffic first (set it above its health check's interval times "
+        "its fall count); then --shutdown-grace. Not on SIGINT.",
+    )
     trim_after: float = setting(
         2.0, "Seconds without a turn after which freed memory goes back to the OS (0: never)."
     )

@@ -47,7 +47,8 @@ RESTART_WINDOW = 60.0
 # not `-m`: as __main__, a module's app keys would be a second copy of themselves
 WORKER_MAIN = "import sys; from streamer.worker_entry import main; sys.exit(main())"
 STOP_MARGIN = 15.0
-"""Seconds past `--shutdown-grace` the parent waits for its workers before SIGKILL."""
+"""Seconds past `--drain-seconds` and `--shutdown-grace` the parent waits for its workers
+before SIGKILL."""
 
 
 def check_workers(settings: Settings) -> None:
@@ -261,7 +262,7 @@ class Supervisor:
             slot.terminate()
         if self.listener.shared:  # the workers closed theirs: now nothing accepts on it
             self.listener.sock.close()
-        patience = self.settings.shutdown_grace + STOP_MARGIN
+        patience = self.settings.drain_seconds + self.settings.shutdown_grace + STOP_MARGIN
         _, late = await asyncio.wait(tasks, timeout=patience)
         for slot in self.slots:
             if late:

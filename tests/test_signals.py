@@ -4,6 +4,10 @@ SIGHUP is what logrotate and `systemctl reload` send. With `--config` it reloads
 models (tests/test_routing.py); without one there is nothing to reload, and it is logged
 and ignored, by a single gateway, by a `--workers` supervisor and by a worker itself
 (issue 27 row 7: the process died without a word, its default action).
+
+SIGTERM with `--drain-seconds` first opens the drain window: `/readyz` fails, everything
+else is served, each answer closing its connection; a second signal ends the window (the
+rolling restart behind haproxy that needs it: tests/test_load_balancer.py).
 """
 
 from __future__ import annotations
@@ -71,3 +75,25 @@ async def test_sighup_without_config_is_ignored_by_workers_and_their_supervisor(
             assert "exited" not in gw.log(), gw.log()  # no worker was restarted
             assert gw.process.returncode is None
             assert await gw.terminate(BOUND) == 0, gw.log()
+
+
+async def test_sigterm_first_fails_readyz_while_everything_else_is_served(tmp_path: Path) -> None:
+    async with gateway_process(tmp_path / "gw.log", "--drain-seconds", "60") as gw:
+        async with aiohttp.ClientSession() as http:
+            async with http.get(gw.origin + "/readyz") as reply:
+                assert reply.status == 200
+            gw.process.send_signal(signal.SIGTERM)
+            await until_logged(gw, "before the listener closes")
+            async with http.get(gw.origin + "/readyz") as reply:
+                assert reply.status == 503
+                assert (await reply.json())["status"] == "stopping"
+            for stream in (False, True):  # the fast path and aiohttp's handler alike
+                body = {"model": "m", "input": "hi", "stream": stream}
+                async with http.post(f"{gw.url}/responses", json=body) as reply:
+                    assert reply.status == 200
+                    assert b"response.completed" in await reply.read() or not stream
+            async with http.get(gw.origin + "/healthz") as reply:
+                assert reply.status == 200  # alive: only readiness fails
+                assert reply.headers["Connection"] == "close"
+        gw.process.send_signal(signal.SIGTERM)  # a second one ends the window
+        assert await gw.wait(BOUND) == 0, gw.log()

@@ -22,6 +22,7 @@ from streamer.gateway import Gateway
 from streamer.identity import CLIENT
 from streamer.models_config import catalog_entries
 from streamer.pipeline import JSONSink, Turn
+from streamer.stopping import DRAINING
 from streamer.worker import WORKER_INFO
 
 log = logging.getLogger("streamer.frontends.http")
@@ -267,8 +268,12 @@ READY_PROBE = web.AppKey("ready_probe", ReadyProbe)
 
 
 async def readyz(request: web.Request) -> web.Response:
-    """Ready when the backend answers and the store takes a write (503 otherwise)."""
-    backend, store = await request.app[READY_PROBE].check(request.app[GATEWAY])
+    """Ready when the backend answers and the store takes a write (503 otherwise); never
+    while stopping (the drain window, stopping.py, and the shutdown after it)."""
+    gateway = request.app[GATEWAY]
+    if request.app[DRAINING].open or gateway.in_flight.closing:
+        return json_response({"status": "stopping"}, status=503)
+    backend, store = await request.app[READY_PROBE].check(gateway)
     ready = backend and store
     return json_response(
         {"status": "ready" if ready else "not ready", "backend": backend, "store": store},
