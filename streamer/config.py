@@ -359,6 +359,11 @@ class Settings:
         "process (a restart cannot open older items).",
     )
     tap_dir: str | None = setting(None, "Record every exchange as JSON lines in this folder.")
+    sse_keepalive: float = setting(
+        15.0,
+        "Seconds an SSE stream or a background follower may be quiet before a comment "
+        "(`: keepalive`) goes out, so a proxy's idle timeout does not cut it (0: never).",
+    )
     shutdown_grace: float = setting(30.0, "Seconds in-flight streams get to finish on SIGTERM.")
     drain_seconds: float = setting(
         0.0,

@@ -20,6 +20,7 @@ from typing import Any
 
 import aiohttp
 import orjson
+import pytest
 from builders import GatewayProcess, gateway_process
 from haproxy import HAProxy, requires_haproxy
 from redis_server import free_port
@@ -117,3 +118,50 @@ async def test_a_rolling_restart_under_load_loses_nothing(tmp_path: Path) -> Non
         outcomes = await load.stop()
     assert set(outcomes) == {"ok"}, outcomes
     print(f"rolling restart of 3 instances under load: {dict(outcomes)}")
+
+
+def quiet(body: Any) -> list[Any]:
+    """An answer with a stretch of silence longer than the proxy's idle timeout."""
+    return [*text_chunks(["thinking"]), Sleep(QUIET), *text_chunks([" done"], role=False),
+            finish("stop"), usage(3, 2), DONE]  # fmt: skip
+
+
+QUIET = 3.0  # seconds the backend says nothing, past haproxy's `timeout server 2s`
+
+
+@pytest.mark.parametrize("fast_http", ["true", "false"])
+async def test_quiet_streams_and_followers_outlast_a_proxy_idle_timeout(
+    tmp_path: Path, fast_http: str
+) -> None:
+    keepalive = ("--sse-keepalive", "0.5", "--fast-http", fast_http)
+    async with ScriptedBackend(responder=quiet) as backend, contextlib.AsyncExitStack() as stack:
+        gw = await stack.enter_async_context(
+            instance(tmp_path, "g", free_port(), backend, *keepalive)
+        )
+        lb = await stack.enter_async_context(HAProxy([gw.port], server_timeout="2s"))
+        await lb.until("s0", "UP")
+        async with aiohttp.ClientSession() as http, asyncio.timeout(BOUND):
+            body = {"model": "m", "input": "hi", "stream": True}
+            streamed, background = await asyncio.gather(
+                _read(http, "POST", f"{lb.url}/responses", body),
+                _followed(http, lb.url),
+            )
+    for raw in (streamed, background):
+        assert b": keepalive\n\n" in raw  # what kept the proxy from cutting it
+        events = [orjson.loads(line[6:]) for line in raw.split(b"\n") if line.startswith(b"data: ")]
+        assert events[-1]["type"] == "response.completed", events[-1]
+        assert events[-1]["response"]["output"][0]["content"][0]["text"] == "thinking done"
+
+
+async def _read(http: aiohttp.ClientSession, method: str, url: str, body: Any = None) -> bytes:
+    async with http.request(method, url, json=body) as reply:
+        assert reply.status == 200, await reply.text()
+        return await reply.read()  # a stream the proxy cut raises ClientPayloadError
+
+
+async def _followed(http: aiohttp.ClientSession, url: str) -> bytes:
+    """A background turn created, then followed from its start, through the proxy."""
+    body = {"model": "m", "input": "hi", "background": True}
+    async with http.post(f"{url}/responses", json=body) as reply:
+        rid = (await reply.json())["id"]
+    return await _read(http, "GET", f"{url}/responses/{rid}?stream=true")

@@ -42,6 +42,7 @@ from streamer.core.errors import RequestError, invalid
 from streamer.core.events import Event
 from streamer.core.response import usage_object
 from streamer.frontends.background_caps import TurnCaps
+from streamer.frontends.keepalive import Keepalive
 from streamer.frontends.leases import RUNNING, Leases
 from streamer.pipeline import Sink, Turn
 from streamer.records import stored
@@ -340,20 +341,24 @@ async def follow(
     *,
     after: int,
     leases: Leases | None = None,
+    keepalive: float = 0.0,
 ) -> web.StreamResponse:
     """Replay the logged events after `after`, then follow live ones, as SSE.
 
     The stream always ends with a terminal event or an `error` event: a log that ended
     without one (its writer gave up on the store) is closed with an `error`. With `leases`,
-    the follower also ends the response if its runner's lease lapses (leases.py)."""
+    the follower also ends the response if its runner's lease lapses (leases.py); with
+    `keepalive` (--sse-keepalive), a comment goes out after that many quiet seconds."""
     reply = web.StreamResponse(headers=SSE_HEADERS)
     await reply.prepare(request)
     last, kind = after, None
     watch = asyncio.create_task(leases.watch(response_id)) if leases is not None else None
+    comments = Keepalive(keepalive, reply.write)
     async with contextlib.aclosing(_log_of(store, response_id, after)) as logged:
         try:
             async for last, data in logged:
                 kind = event_type(data)
+                comments.wrote()
                 await reply.write(sse.encode(Event(kind or "message", data, last)))
             if kind not in TERMINAL_EVENT_TYPES:
                 error = await _unfinished(store, response_id)
@@ -368,6 +373,7 @@ async def follow(
         finally:
             if watch is not None:
                 watch.cancel()
+            await comments.close()
     await reply.write_eof()
     return reply
 

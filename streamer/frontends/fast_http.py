@@ -34,6 +34,7 @@ from streamer.core.events import Event
 from streamer.core.response import new_id
 from streamer.frontends.api_keys import ApiKeys
 from streamer.frontends.background import SSE_HEADERS
+from streamer.frontends.keepalive import Keepalive
 from streamer.frontends.request_head import (
     HAND_OVER,
     MAX_HEAD,
@@ -104,6 +105,7 @@ class FastRoute:
         self.max_body = settings.max_body_bytes
         self.max_json_values = settings.max_json_values
         self.body_timeout = settings.client_body_timeout
+        self.keepalive = settings.sse_keepalive
         self.conns: set[FastProtocol] = set()
         self.closing = False
         self.served = 0  # requests answered here (the rest were aiohttp's)
@@ -226,13 +228,15 @@ class FastRoute:
                 await gateway.run(turn, JSONSink(), "json")
                 conn.send_whole(self.whole(200, json_body(turn.response), rid, head.close))
                 return 200
-            sink = _SSESink(conn, self.sse_head(rid, head.close))
+            sink = _SSESink(conn, self.sse_head(rid, head.close), self.keepalive)
             try:
                 await gateway.run(turn, sink, "sse")
             except ConnectionResetError:  # the client left between two writes
                 if not sink.answered:
                     raise
                 return 200
+            finally:
+                sink.close()
             if not sink.ended:  # `run` sends the terminal event, or raises
                 await sink.write(chunk(b"", True))
             return 200
@@ -260,12 +264,14 @@ class _SSESink:
     """A streamed turn on the transport: the head leaves with the first batch, each batch
     is one chunk, and the last one carries the end of the body."""
 
-    __slots__ = ("conn", "ended", "head")
+    __slots__ = ("conn", "ended", "head", "interval", "keepalive")
 
-    def __init__(self, conn: FastProtocol, head: bytes) -> None:
+    def __init__(self, conn: FastProtocol, head: bytes, keepalive: float) -> None:
         self.conn = conn
         self.head: bytes | None = head
         self.ended = False
+        self.interval = keepalive  # --sse-keepalive
+        self.keepalive: Keepalive | None = None  # comments once the head is out
 
     @property
     def answered(self) -> bool:
@@ -273,16 +279,30 @@ class _SSESink:
 
     async def send(self, batch: list[Event], final: bool) -> None:
         data = chunk(sse.encode_many(batch), final)
-        head = self.head
+        head, keepalive = self.head, self.keepalive
         if head is not None:
             data, self.head = head + data, None
             self.conn.answered = True
+            if self.interval > 0 and not final:
+                keepalive = self.keepalive = Keepalive(self.interval, self._comment)
         self.ended = final
+        if keepalive is not None:
+            if final:
+                keepalive.stop()
+            else:
+                keepalive.wrote()
         await self.write(data)
+
+    async def _comment(self, data: bytes) -> None:
+        await self.write(chunk(data, False))
 
     async def write(self, data: bytes) -> None:
         if self.conn.write(data):
             await self.conn.drain()
+
+    def close(self) -> None:
+        if self.keepalive is not None:
+            self.keepalive.stop()
 
 
 class FastProtocol(asyncio.Protocol):

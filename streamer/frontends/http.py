@@ -18,6 +18,7 @@ from streamer.core.model_catalog import ModelCatalog, configured_body, models_an
 from streamer.frontends.background import SSE_HEADERS, follow
 from streamer.frontends.fast_http import parse_json
 from streamer.frontends.frontdoor import FRONT_DOOR
+from streamer.frontends.keepalive import Keepalive
 from streamer.gateway import Gateway
 from streamer.identity import CLIENT
 from streamer.models_config import catalog_entries
@@ -125,8 +126,11 @@ async def create_response(request: web.Request) -> web.StreamResponse:
         snapshot = await gateway.start_background(turn)
         if not turn.request.get("stream"):
             return web.Response(body=snapshot, content_type="application/json")
-        leases = gateway.background.leases
-        return await follow(request, gateway.store, turn.response["id"], after=-1, leases=leases)
+        leases, keepalive = gateway.background.leases, gateway.settings.sse_keepalive
+        return await follow(
+            request, gateway.store, turn.response["id"], after=-1, leases=leases,
+            keepalive=keepalive,
+        )  # fmt: skip
     with gateway.in_flight.tracking():
         if not body.get("stream"):
             await gateway.run(turn, JSONSink(), "json")
@@ -161,37 +165,50 @@ class _SSESink:
     in one write.
     """
 
-    __slots__ = ("reply", "request")
+    __slots__ = ("interval", "keepalive", "reply", "request")
 
-    def __init__(self, request: web.Request) -> None:
+    def __init__(self, request: web.Request, keepalive: float) -> None:
         self.request = request
+        self.interval = keepalive  # --sse-keepalive
         self.reply: web.StreamResponse | None = None
+        self.keepalive: Keepalive | None = None  # comments once the head is out
 
     @property
     def answered(self) -> bool:
         return self.reply is not None
 
     async def send(self, batch: list[Event], final: bool) -> None:
-        reply = self.reply
+        reply, keepalive = self.reply, self.keepalive
         if reply is None:  # X-Request-Id: added by the app on every answer
             reply = self.reply = SSEReply(headers=SSE_HEADERS)
             await reply.prepare(self.request)
+            if self.interval > 0:
+                keepalive = self.keepalive = Keepalive(self.interval, reply.write)
         data = sse.encode_many(batch)
         if final:
+            self.close()
             await reply.write_eof(data)
         else:
+            if keepalive is not None:
+                keepalive.wrote()
             await reply.write(data)
+
+    def close(self) -> None:
+        if self.keepalive is not None:
+            self.keepalive.stop()
 
 
 async def stream_sse(request: web.Request, gateway: Gateway, turn: Turn) -> web.StreamResponse:
     """Serve a turn as SSE."""
-    sink = _SSESink(request)
+    sink = _SSESink(request, gateway.settings.sse_keepalive)
     try:
         await gateway.run(turn, sink, "sse")
     except ConnectionResetError:  # the client left between two writes: let the backend go
         if sink.reply is None:
             raise
         return sink.reply
+    finally:
+        sink.close()
     assert sink.reply is not None  # `run` sends the terminal event, or raises
     await sink.reply.write_eof()  # nothing, if the last batch ended the body already
     return sink.reply

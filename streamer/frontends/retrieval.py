@@ -87,8 +87,10 @@ async def get_response(request: web.Request) -> web.StreamResponse:
     if not response.get("background"):
         raise invalid("Only background responses can be streamed again.", "stream")
     after = int_arg(request, "starting_after", -1)
-    leases = gateway.background.leases
-    return await follow(request, gateway.store, response_id, after=after, leases=leases)
+    leases, keepalive = gateway.background.leases, gateway.settings.sse_keepalive
+    return await follow(
+        request, gateway.store, response_id, after=after, leases=leases, keepalive=keepalive
+    )
 
 
 async def delete_response(request: web.Request) -> web.Response:
