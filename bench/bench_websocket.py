@@ -135,7 +135,9 @@ def get_json(url: str) -> Any:
         return orjson.loads(resp.read())
 
 
-def start_processes(deltas: int) -> tuple[subprocess.Popen[bytes], subprocess.Popen[bytes], int]:
+def start_processes(
+    deltas: int, gateway_args: tuple[str, ...] = ()
+) -> tuple[subprocess.Popen[bytes], subprocess.Popen[bytes], int]:
     backend = subprocess.Popen(
         [sys.executable, __file__, "--backend", "--deltas", str(deltas)], stdout=subprocess.PIPE
     )
@@ -148,7 +150,7 @@ def start_processes(deltas: int) -> tuple[subprocess.Popen[bytes], subprocess.Po
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     gateway = subprocess.Popen(
         [sys.executable, "-m", "streamer", "serve", "--port", str(port), "--upstream", upstream,
-         "--store", "memory", "--log-level", "error"],
+         "--store", "memory", "--log-level", "error", *gateway_args],
         cwd=REPO, env=env, stdout=subprocess.DEVNULL,
     )  # fmt: skip
     deadline = time.monotonic() + 20
@@ -273,7 +275,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--active", type=int, default=100, help="sockets running turns back to back")
     p.add_argument("--seconds", type=float, default=10.0, help="length of the active phase")
     p.add_argument("--deltas", type=int, default=20, help="text deltas per backend answer")
-    p.add_argument("--deflate", action="store_true", help="offer permessage-deflate, as Codex does")
+    p.add_argument("--deflate", action="store_true",
+                   help="offer permessage-deflate, as the OpenAI SDK does (and accept it: "
+                        "--ws-compression)")  # fmt: skip
     p.add_argument("--json", action="store_true", help="print the result as JSON only")
     p.add_argument("--backend", action="store_true", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
@@ -292,7 +296,9 @@ def main(argv: list[str] | None = None) -> int:
     if limit < args.idle + args.active + 64:
         print(f"fd limit {limit} is too low for {args.idle + args.active} sockets", file=sys.stderr)
         return 2
-    backend, gateway, port = start_processes(args.deltas)
+    backend, gateway, port = start_processes(
+        args.deltas, ("--ws-compression",) if args.deflate else ()
+    )
     try:
         result = asyncio.run(run(args, gateway.pid, port))
     finally:

@@ -302,6 +302,14 @@ class Settings:
         16 * 1024 * 1024, "Largest WebSocket client message (close 1009 beyond)."
     )
     ws_lifetime: float = setting(3600.0, "WebSocket connection lifetime in seconds.")
+    ws_compression: bool = setting(
+        False,
+        "Accept a WebSocket client's permessage-deflate offer (the OpenAI SDK makes one): "
+        "frames are compressed, and each socket holds a compressor (about 170 KB) while open "
+        "and until the next full garbage collection after it closes "
+        "(docs/security.md#websocket-compression); off, the offer is declined and frames go "
+        "uncompressed.",
+    )
     # each holds its whole history: 16 of them cost 12 MB at 64 sockets of 2,000-token
     # answers (bench fresh probes); Codex chains from its lane's latest only
     ws_remembered: int = setting(

@@ -253,13 +253,19 @@ async def test_connection_lifetime_limit() -> None:
 
 
 @pytest.mark.parametrize("compression", ["deflate", None])
-async def test_permessage_deflate_when_offered(compression: str | None, gw: GatewayHarness) -> None:
-    gw.backend.script([*text_chunks(["squeezed " * 50]), *END])
-    async with open_socket(gw, compression=compression) as sock:
-        extensions = sock.ws.response.headers.get("Sec-WebSocket-Extensions", "")
-        assert ("permessage-deflate" in extensions) == (compression == "deflate")
-        text = final(await turn(sock, input="hi", store=False))["output"][0]["content"][0]["text"]
-        assert text == "squeezed " * 50
+@pytest.mark.parametrize("accepted", [True, False])
+async def test_permessage_deflate_when_offered_and_accepted(
+    compression: str | None, accepted: bool
+) -> None:
+    """--ws-compression (off by default: a compressor per open socket) takes the offer; a
+    declined offer leaves the socket uncompressed, and the client none the worse."""
+    async with GatewayHarness(ws_compression=accepted) as gw:
+        gw.backend.script([*text_chunks(["squeezed " * 50]), *END])
+        async with open_socket(gw, compression=compression) as sock:
+            extensions = sock.ws.response.headers.get("Sec-WebSocket-Extensions", "")
+            assert ("permessage-deflate" in extensions) == (compression == "deflate" and accepted)
+            answer = final(await turn(sock, input="hi", store=False))
+            assert answer["output"][0]["content"][0]["text"] == "squeezed " * 50
 
 
 async def test_silent_peer_is_dropped_by_heartbeat(

@@ -309,7 +309,7 @@ async def responses_socket(request: web.Request) -> web.StreamResponse:
     gateway = request.app[GATEWAY]
     ws = web.WebSocketResponse(
         heartbeat=HEARTBEAT,
-        compress=True,  # permessage-deflate when the client offers it
+        compress=gateway.settings.ws_compression,  # permessage-deflate, if offered
         max_msg_size=gateway.settings.ws_max_message_bytes + 1,  # aiohttp refuses at the size
     )
     if not ws.can_prepare(request).ok:

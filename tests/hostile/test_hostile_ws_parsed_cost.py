@@ -86,7 +86,7 @@ async def test_compressed_frames_of_empty_items_are_refused_unparsed(tmp_path: P
         ScriptedBackend(responder=lambda body: [HANG]) as backend,
         gateway_process(
             tmp_path / "gateway.log", "--upstream", backend.base_url,
-            "--ws-max-queued-bytes", str(8_000_000),
+            "--ws-max-queued-bytes", str(8_000_000), "--ws-compression",
         ) as gw,
     ):  # fmt: skip
         before = gw.rss()
@@ -105,7 +105,9 @@ async def test_the_issue_figure_three_sockets_default_bounds(tmp_path: Path) -> 
     compressed in all) behind a running create, default bounds; prints the peak RSS."""
     async with (
         ScriptedBackend(responder=lambda body: [HANG]) as backend,
-        gateway_process(tmp_path / "gateway.log", "--upstream", backend.base_url) as gw,
+        gateway_process(
+            tmp_path / "gateway.log", "--upstream", backend.base_url, "--ws-compression"
+        ) as gw,
     ):
         before = gw.rss()
         results = await asyncio.gather(
