@@ -24,12 +24,13 @@ from streamer.core.tools import NamingConfig
 from streamer.identity import request_client
 from streamer.metrics import Metrics
 from streamer.observe import Observation, open_recording
-from streamer.pipeline import Sink, Turn, TurnEvents, TurnOptions, prepare
 from streamer.quiet_trim import QuietTrim, malloc_trim
 from streamer.recorder import TapDirectory
 from streamer.records import stored
 from streamer.sealing import EPHEMERAL_KEY, Sealer, load_sealer
 from streamer.store import ResponseStore, StoreUnavailable
+from streamer.turn import Turn, TurnOptions, prepare
+from streamer.turn_runner import Sink, TurnEvents
 from streamer.upstream.chat.profiles import BackendProfile, lowering_options, resolve
 from streamer.upstream.registry import UpstreamRegistry
 from streamer.upstream.responses.profiles import backend_tools

@@ -14,7 +14,7 @@ from typing import Any
 from streamer.backend_api import backend_api
 from streamer.config import Settings
 from streamer.models_config import ConfigError, ModelsConfig, ModelSpec, load, single
-from streamer.pipeline import TurnOptions
+from streamer.turn import TurnOptions
 from streamer.upstream.body_budget import ByteBudget
 from streamer.upstream.chat.profiles import PROFILES, lowering_options
 from streamer.upstream.responses.profiles import backend_tools

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from streamer.pipeline import Turn
 from streamer.store import StoredResponse
+from streamer.turn import Turn
 
 
 def stored(turn: Turn) -> StoredResponse:

@@ -49,7 +49,7 @@ from sdk_models import validate_event, validate_response
 
 from streamer.core.output import FAILURE_CODES, OutputItemStreamer
 from streamer.frontends.websocket import SESSIONS, Session
-from streamer.pipeline import Turn
+from streamer.turn import Turn
 from streamer.upstream.chat.client import ChatStream
 
 TERMINAL = frozenset({"response.completed", "response.failed", "response.incomplete"})

@@ -19,8 +19,8 @@ from streamer.core.errors import RequestError
 from streamer.core.events import Event
 from streamer.frontends.background import Background
 from streamer.gateway import Gateway, never
-from streamer.pipeline import Turn
 from streamer.store import MemoryStore
+from streamer.turn import Turn
 from streamer.upstream.registry import Backend, UpstreamRegistry
 
 ANSWER: list[list[Delta]] = [[TextDelta("a")], [TextDelta("b")], [Finish("stop")]]

@@ -34,10 +34,11 @@ from streamer.core import sse
 from streamer.core.errors import RequestError, invalid
 from streamer.core.events import Event
 from streamer.core.response import usage_object
-from streamer.pipeline import Sink, Turn
 from streamer.records import stored
 from streamer.store import TERMINAL_EVENT_TYPES, ResponseStore, StoreUnavailable
 from streamer.store.base import event_type
+from streamer.turn import Turn
+from streamer.turn_runner import Sink
 
 log = logging.getLogger("streamer.frontends.background")
 T = TypeVar("T")

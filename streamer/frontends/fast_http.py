@@ -45,8 +45,8 @@ from streamer.frontends.request_head import (
 )
 from streamer.gateway import Gateway, store_unavailable
 from streamer.logs import choose_request_id
-from streamer.pipeline import JSONSink
 from streamer.store import StoreUnavailable
+from streamer.turn_runner import JSONSink
 
 log = logging.getLogger("streamer.frontends.fast_http")
 

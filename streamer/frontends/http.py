@@ -21,7 +21,8 @@ from streamer.frontends.frontdoor import FRONT_DOOR
 from streamer.gateway import Gateway
 from streamer.identity import CLIENT
 from streamer.models_config import catalog_entries
-from streamer.pipeline import JSONSink, Turn
+from streamer.turn import Turn
+from streamer.turn_runner import JSONSink
 from streamer.worker import WORKER_INFO
 
 log = logging.getLogger("streamer.frontends.http")

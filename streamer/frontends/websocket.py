@@ -40,7 +40,7 @@ from streamer.frontends.ws_queue import QUEUE_FULL, Admission, QueueBudget
 from streamer.frontends.ws_session import History, Lane, Queued, Refused, SessionRules
 from streamer.gateway import Gateway
 from streamer.identity import CLIENT
-from streamer.pipeline import Turn, warmup
+from streamer.turn import Turn, warmup
 
 log = logging.getLogger("streamer.frontends.websocket")
 

@@ -26,12 +26,13 @@ from streamer.backend_api import backend_api
 from streamer.core.errors import RequestError
 from streamer.core.events import Event
 from streamer.core.tools import NamingConfig
-from streamer.pipeline import TurnOptions, prepare, stream_events
 from streamer.recorder import chunk_bytes
 from streamer.sealing import load_sealer
 from streamer.tap.command import EXIT_CLEAN, EXIT_UNREADABLE, EXIT_VIOLATIONS, use_color
 from streamer.tap.grammar import GrammarChecker
 from streamer.tap.render import Renderer
+from streamer.turn import TurnOptions, prepare
+from streamer.turn_runner import stream_events
 from streamer.upstream.chat.client import ChatUpstream
 from streamer.upstream.registry import client_class
 from streamer.upstream.responses.profiles import backend_tools

@@ -12,7 +12,8 @@ from __future__ import annotations
 from typing import Any, Protocol
 
 from streamer.models_config import ModelsConfig, single
-from streamer.pipeline import Turn, TurnOptions, Upstream
+from streamer.turn import Turn, TurnOptions
+from streamer.upstream.batch import Upstream
 from streamer.upstream.chat.client import ChatUpstream
 from streamer.upstream.responses.client import ResponsesUpstream
 from streamer.upstream.router import Plan, Router, TurnRoute

@@ -27,7 +27,8 @@ from streamer.core import routing
 from streamer.core.errors import RequestError
 from streamer.core.lowering import lower
 from streamer.models_config import ModelsConfig, ModelSpec
-from streamer.pipeline import Turn, TurnOptions, UpstreamStream
+from streamer.turn import Turn, TurnOptions
+from streamer.upstream.batch import UpstreamStream
 
 log = logging.getLogger("streamer.routing")
 
