@@ -17,13 +17,13 @@ from aiohttp import web
 
 from streamer import logs
 from streamer.config import Settings
-from streamer.core.errors import RequestError
+from streamer.core.errors import RequestError, store_unavailable
 from streamer.core.response import new_id
 from streamer.frontends.api_keys import ApiKeys
 from streamer.frontends.fast_http import FAST_ROUTE, FastRoute
 from streamer.frontends.frontdoor import FRONT_DOOR, FrontDoor, GuardedSite, door_middleware
 from streamer.frontends.http import GATEWAY, MODEL_CATALOG
-from streamer.gateway import Gateway, store_unavailable
+from streamer.gateway import Gateway
 from streamer.identity import CLIENT
 from streamer.logs import choose_request_id
 from streamer.model_metadata import load_model_catalog

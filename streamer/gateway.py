@@ -18,7 +18,7 @@ from streamer import conversations
 from streamer.backend_api import backend_api
 from streamer.config import Settings
 from streamer.core import item_references
-from streamer.core.errors import RequestError, invalid, shutting_down
+from streamer.core.errors import RequestError, invalid, shutting_down, store_unavailable
 from streamer.core.events import Event
 from streamer.core.tools import NamingConfig
 from streamer.identity import request_client
@@ -111,16 +111,6 @@ def continuation(
 ) -> list[dict[str, Any]]:
     """The history a continuation starts from: the previous input, then its output."""
     return [*map(dict, input_items), *map(dict, output)]
-
-
-def store_unavailable(exc: StoreUnavailable) -> RequestError:
-    """A store outage as the client sees it: a 503, never a hang."""
-    return RequestError(
-        f"The response store is unavailable: {exc}",
-        status=503,
-        type="server_error",
-        code="store_unavailable",
-    )
 
 
 def always(turn: Turn) -> bool:

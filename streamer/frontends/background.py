@@ -31,11 +31,17 @@ import orjson
 from aiohttp import web
 
 from streamer.core import sse
-from streamer.core.errors import RequestError, invalid
-from streamer.core.events import Event
+from streamer.core.errors import STORE_UNAVAILABLE, RequestError, invalid
+from streamer.core.events import (
+    CANCELLED,
+    CANCELLED_EVENT,
+    STREAM_END_TYPES,
+    TERMINAL_EVENT_TYPES,
+    Event,
+)
 from streamer.core.response import usage_object
 from streamer.records import stored
-from streamer.store import TERMINAL_EVENT_TYPES, ResponseStore, StoreUnavailable
+from streamer.store import ResponseStore, StoreUnavailable
 from streamer.store.base import event_type
 from streamer.turn import Turn
 from streamer.turn_runner import Sink
@@ -55,7 +61,6 @@ SSE_HEADERS = {
 # Waits between retries of a write to a stalled store: short first (a blip), then steady.
 RETRY_FIRST = 0.05
 RETRY_MAX = 1.0
-STORE_FAILED = "store_unavailable"
 
 
 TurnRun = Callable[[Turn, Sink], Awaitable[None]]  # `Gateway.run` for background turns
@@ -140,7 +145,7 @@ class Background:
         except StoreUnavailable as exc:  # still unavailable after the wait
             log.error("background response %s: the store did not come back: %s",
                       turn.response["id"], exc)  # fmt: skip
-            await self._fail(turn, STORE_FAILED, "The response store was unavailable.")
+            await self._fail(turn, STORE_UNAVAILABLE, "The response store was unavailable.")
         except Exception as exc:
             log.warning("background response %s failed: %r", turn.response["id"], exc)
             await self._fail(turn, "server_error", "Internal error.")
@@ -275,11 +280,11 @@ async def _end_orphan(store: ResponseStore, response_id: str, last: int) -> None
     response = record.response
     if response.get("status") not in RUNNING:
         return
-    response["status"] = "cancelled"
+    response["status"] = CANCELLED
     response["error"] = None  # as OpenAI's cancelled responses: the status says it
     response["usage"] = response.get("usage") or usage_object()
     await store.put(record)
-    event = {"type": "response.failed", "response": response, "sequence_number": last + 1}
+    event = {"type": CANCELLED_EVENT, "response": response, "sequence_number": last + 1}
     await store.append_event(response_id, last + 1, orjson.dumps(event))
     await store.end_events(response_id)
 
@@ -299,14 +304,14 @@ async def follow(
             async for last, data in logged:
                 kind = event_type(data)
                 await reply.write(sse.encode(Event(kind or "message", data, last)))
-            if kind not in TERMINAL_EVENT_TYPES:
+            if kind not in STREAM_END_TYPES:
                 error = await _unfinished(store, response_id)
                 if error is not None:
                     await reply.write(_error_event(last + 1, *error))
         except StoreUnavailable as exc:  # headers are out: end the stream with an error event
             log.warning("following %s: %s", response_id, exc)
             message = "The response store became unavailable while streaming."
-            await reply.write(_error_event(last + 1, STORE_FAILED, message))
+            await reply.write(_error_event(last + 1, STORE_UNAVAILABLE, message))
         except ConnectionResetError:  # the follower left; the turn itself goes on
             return reply
     await reply.write_eof()
@@ -320,7 +325,7 @@ async def _unfinished(store: ResponseStore, response_id: str) -> tuple[str, str]
     if response is None:
         return "not_found", "The response was deleted while streaming."
     if response.get("status") in RUNNING:
-        return STORE_FAILED, "The response's event log ended before the response did."
+        return STORE_UNAVAILABLE, "The response's event log ended before the response did."
     return None
 
 

@@ -29,7 +29,7 @@ from aiohttp.http import SERVER_SOFTWARE
 from streamer import logs
 from streamer.config import Settings
 from streamer.core import sse
-from streamer.core.errors import RequestError, invalid, shutting_down
+from streamer.core.errors import RequestError, invalid, shutting_down, store_unavailable
 from streamer.core.events import Event
 from streamer.core.response import new_id
 from streamer.frontends.api_keys import ApiKeys
@@ -43,7 +43,7 @@ from streamer.frontends.request_head import (
     parse,
     response_head,
 )
-from streamer.gateway import Gateway, store_unavailable
+from streamer.gateway import Gateway
 from streamer.logs import choose_request_id
 from streamer.store import StoreUnavailable
 from streamer.turn_runner import JSONSink

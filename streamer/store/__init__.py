@@ -5,7 +5,6 @@ from __future__ import annotations
 from typing import Any
 
 from streamer.store.base import (
-    TERMINAL_EVENT_TYPES,
     ResponseStore,
     StoredResponse,
     StoreUnavailable,
@@ -15,7 +14,6 @@ from streamer.store.base import (
 from streamer.store.memory import MemoryStore
 
 __all__ = [
-    "TERMINAL_EVENT_TYPES",
     "MemoryStore",
     "ResponseStore",
     "StoreUnavailable",

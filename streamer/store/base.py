@@ -9,19 +9,9 @@ from typing import Any, Literal, Protocol, runtime_checkable
 
 import orjson
 
-Order = Literal["asc", "desc"]
+from streamer.core.events import STREAM_END_TYPES
 
-# Event types after which a response stream carries nothing more. `error` counts: a bare
-# `error` event ends a stream that may never see `response.failed`.
-TERMINAL_EVENT_TYPES = frozenset(
-    {
-        "response.completed",
-        "response.incomplete",
-        "response.failed",
-        "response.cancelled",
-        "error",
-    }
-)
+Order = Literal["asc", "desc"]
 
 # Id prefixes for input items stored without an id (input_items pages need a cursor).
 _ITEM_PREFIXES = {
@@ -194,8 +184,9 @@ def event_type(data: bytes) -> str | None:
 
 
 def is_terminal(data: bytes) -> bool:
-    """Whether the logged event ends its stream (see TERMINAL_EVENT_TYPES)."""
-    return event_type(data) in TERMINAL_EVENT_TYPES
+    """Whether the logged event ends its stream (`STREAM_END_TYPES`: a terminal event or a
+    bare `error`)."""
+    return event_type(data) in STREAM_END_TYPES
 
 
 def check_page_args(limit: int, order: str) -> None:

@@ -28,6 +28,7 @@ import orjson
 import websockets
 from websockets.asyncio.client import connect as ws_connect
 
+from streamer.core.events import STREAM_END_TYPES
 from streamer.core.sse import SSEDecoder, SSEError
 from streamer.upstream.chat.decoder import ChatChunkDecoder
 
@@ -35,7 +36,6 @@ RESPONSES_SSE = "responses-sse"
 WEBSOCKET_LOG = "websocket-log"
 RECORDING = "tap-recording"
 CHAT_SSE = "chat-sse"
-TERMINAL_TYPES = ("response.completed", "response.incomplete", "response.failed", "error")
 CHUNK = 64 * 1024
 SSE_FIELDS = (b"event:", b"data:", b":", b"id:", b"retry:")
 
@@ -300,7 +300,8 @@ class Source:
                     raw = message.encode() if isinstance(message, str) else message
                     yield raw.strip() + b"\n"  # one frame, one line
                     event = _parse(raw)
-                    if isinstance(event, dict) and event.get("type") in TERMINAL_TYPES:
+                    kind = event.get("type") if isinstance(event, dict) else None
+                    if isinstance(kind, str) and kind in STREAM_END_TYPES:
                         return
         except (websockets.InvalidURI, ValueError) as err:
             raise SourceError(f"bad URL {self.spec!r}: {err}") from err
