@@ -55,7 +55,7 @@ LAYERS: tuple[tuple[str, str], ...] = (
     ("backend client (HTTP/1.1, routing)", r"upstream/|redact\.py"),
     (
         "turn loop, metrics, tap",
-        r"turn_runner\.py|gateway\.py|observe\.py|metrics\.py"
+        r"turn_runner\.py|in_flight\.py|gateway\.py|observe\.py|metrics\.py"
         r"|prometheus_client|recorder\.py",
     ),
     ("HTTP server and middlewares", r"aiohttp/|frontends/|app\.py:(?!serve)|multidict"),

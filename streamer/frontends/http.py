@@ -125,11 +125,10 @@ async def create_response(request: web.Request) -> web.StreamResponse:
         if not turn.request.get("stream"):
             return web.Response(body=snapshot, content_type="application/json")
         return await follow(request, gateway.store, turn.response["id"], after=-1)
-    with gateway.in_flight.tracking():
-        if not body.get("stream"):
-            await gateway.run(turn, JSONSink(), "json")
-            return json_response(turn.response)
-        return await stream_sse(request, gateway, turn)
+    if not body.get("stream"):
+        await gateway.run(turn, JSONSink(), "json")
+        return json_response(turn.response)
+    return await stream_sse(request, gateway, turn)
 
 
 async def compact(request: web.Request) -> web.Response:
@@ -146,8 +145,7 @@ async def compact(request: web.Request) -> web.Response:
         authorization=headers.get("Authorization"),
     )
     gateway.stats["http_turns"] += 1
-    with gateway.in_flight.tracking():
-        await gateway.run(turn, JSONSink(), "json")
+    await gateway.run(turn, JSONSink(), "json")
     return json_response(compacted(turn.response, turn.items))
 
 
