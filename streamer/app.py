@@ -388,10 +388,12 @@ def serve(settings: Settings, worker: Seat | None = None) -> None:
         new_loop = uvloop.new_event_loop
     except ImportError:  # pragma: no cover - uvloop is a dependency on Linux
         pass
+    from streamer.model_routes import serving_target
+
     logs.configure(settings.log_level)
     print(
         f"streamer: serving http://{settings.host}:{settings.port}/v1 "
-        f"-> {settings.upstream or 'embedded scripted model'} (pid {os.getpid()})",
+        f"-> {serving_target(settings)} (pid {os.getpid()})",
         flush=True,
     )
     app = create_app(settings)

@@ -1,7 +1,7 @@
 """Every `streamer serve` setting in one table: flag, environment variable, default.
 
-The CLI builds its parser from `SETTINGS`, and the README's settings table is the
-same list, so a setting exists in exactly one place.
+The CLI builds its parser from `SETTINGS`, and the settings table in docs/settings.md is
+the same list, so a setting exists in exactly one place.
 """
 
 from __future__ import annotations
@@ -444,7 +444,8 @@ SETTINGS: tuple[Setting, ...] = (
         "--shutdown-grace",
         "shutdown_grace",
         30.0,
-        "Seconds in-flight streams get to finish on SIGTERM.",
+        "Seconds the turns in flight (HTTP, WebSocket and background alike) get to finish on "
+        "SIGTERM; past it each ends failed.",
         float,
     ),
     Setting(
@@ -609,7 +610,7 @@ def settings_from(args: argparse.Namespace) -> Settings:
 
 
 def settings_table(rows: Sequence[Setting] = SETTINGS) -> str:
-    """The README's settings table (Markdown)."""
+    """The settings table of docs/settings.md (Markdown)."""
     lines = ["| flag | environment | default | meaning |", "|---|---|---|---|"]
     for s in rows:
         default = "" if s.default in (None, ()) else f"`{s.default}`"

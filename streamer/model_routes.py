@@ -45,6 +45,21 @@ def per_worker(config: ModelsConfig, workers: int) -> ModelsConfig:
     return replace(config, models=models)
 
 
+def serving_target(settings: Settings) -> str:
+    """What the startup line names behind the gateway: `--upstream`, `--config`'s models with
+    their replicas and kinds, or the embedded scripted model."""
+    if settings.upstream:
+        return settings.upstream
+    if not settings.config:
+        return "embedded scripted model"
+    try:
+        config = load_config(settings)
+    except ConfigError as exc:
+        return f"{settings.config} ({exc})"
+    models = (f"{m.label} ({m.api}) -> {', '.join(m.upstreams)}" for m in config.models)
+    return f"{settings.config}: {'; '.join(models)}"
+
+
 def check_config(settings: Settings) -> None:
     """Startup: a config that cannot be served stops the gateway (ValueError)."""
     if settings.config:

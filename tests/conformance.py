@@ -6,7 +6,7 @@ against the OpenAI SDK's models (tests/sdk_models.py), and against the Open Resp
 OpenAPI document (tests/fixtures/spec/openresponses.json) with
 jsonschema. Where OpenAI's form differs from the spec and clients need OpenAI's, the spec
 check allows exactly that difference; every such deviation is a row of `DEVIATIONS` (and
-of the README's "Open Responses conformance"), nothing else is let through.
+of docs/conformance.md's table), nothing else is let through.
 
 `Collector` is what tests/conftest.py installs around every test: it records each Response,
 event, and error the gateway produces in-process and checks them at the test's end.

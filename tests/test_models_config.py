@@ -223,3 +223,25 @@ def test_each_worker_holds_its_share_of_a_models_concurrency() -> None:
     shares = [m.max_concurrency for m in per_worker(config, 3).models]
     assert shares == [21, 1, 0]  # 0: no limit
     assert per_worker(config, 1) is config
+
+
+def test_the_startup_line_names_the_configured_models_not_the_embedded_one(
+    tmp_path: Path,
+) -> None:
+    from streamer.config import Settings
+    from streamer.model_routes import serving_target
+
+    path = tmp_path / "streamer.toml"
+    path.write_text(
+        '[[models]]\nname = "local"\nupstreams = ["http://a:8000/v1", "http://b:8000/v1"]\n'
+        '[[models]]\nname = "api"\napi = "responses"\nupstreams = ["https://api.example/v1"]\n'
+    )
+    target = serving_target(Settings(config=str(path)))
+    assert target == (
+        f"{path}: local (chat) -> http://a:8000/v1, http://b:8000/v1; "
+        "api (responses) -> https://api.example/v1"
+    )
+    assert serving_target(Settings(upstream="http://h:1/v1")) == "http://h:1/v1"
+    assert serving_target(Settings()) == "embedded scripted model"
+    path.write_text("[[models]]\n")  # changed under a worker: the file and its problem
+    assert serving_target(Settings(config=str(path))).startswith(f"{path} ({path}:")

@@ -534,6 +534,8 @@ async def test_streamer_serve_config_reloads_on_sighup_with_a_stream_in_flight(
     path.write_text(f'[[models]]\nname = "a"\nupstreams = ["{backends[0].base_url}"]\n')
     try:
         async with gateway_process(tmp_path / "gw.log", "--config", str(path)) as gw:
+            # the startup line names the file's models, not the embedded scripted model
+            assert f"-> {path}: a (chat) -> {backends[0].base_url} (pid" in gw.stdout()
             client = openai.AsyncOpenAI(base_url=gw.url, api_key="unused", max_retries=0)
             held = asyncio.create_task(_stream(client, "held", model="a"))
             await enough.wait()
