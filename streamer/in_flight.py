@@ -26,6 +26,12 @@ from streamer.core.errors import shutting_down
 END_WAIT = 1.0
 """Seconds the drain waits, past the deadline, for the stopped turns to write their end."""
 
+RESTOP = 0.5
+"""Seconds after which a stop the turn has not taken is asked for again. A cancel can be
+lost on Python 3.11: `asyncio.wait_for` (redis-py waits with it) returns a result that was
+ready at the moment of the cancel instead of raising it (CPython gh-86296, fixed in 3.12);
+a background turn writing to Redis when its cancel came then ran on."""
+
 
 class Stop(enum.Enum):
     """Why a turn is ended before its backend's answer did: how `Gateway.run` ends it."""
@@ -35,12 +41,18 @@ class Stop(enum.Enum):
 
 
 class _Entry:
-    __slots__ = ("held", "running", "stop")
+    __slots__ = ("cancels", "ending", "held", "running", "stop")
 
     def __init__(self, held: bool) -> None:
         self.held = held  # registered before its run (a background turn): kept until its task ends
         self.running = False  # inside `Gateway.run`: a stop cancels its task
         self.stop: Stop | None = None
+        self.ending = False  # `Gateway.run` took the stop and is ending the turn
+        self.cancels = 0  # the registry's cancels of its task (a lost one stays counted)
+
+    def cancel(self, task: asyncio.Task[object]) -> None:
+        task.cancel()
+        self.cancels += 1
 
 
 class InFlight:
@@ -80,7 +92,7 @@ class InFlight:
             entry = self.turns[task] = _Entry(held=False)
         entry.running = True
         if entry.stop is not None:  # stopped before it ran: it ends at its first wait
-            task.cancel()
+            entry.cancel(task)
         try:
             yield
         finally:
@@ -90,24 +102,35 @@ class InFlight:
 
     def stop(self, task: asyncio.Task[object], why: Stop) -> None:
         """End `task`'s turn early, for `why` (the first reason given wins). A turn inside
-        its run is cancelled now; a held one that has not started ends as soon as it does;
-        one past its run is already ending."""
+        its run is cancelled now (again, if an earlier stop has not reached it yet); a held
+        one that has not started ends as soon as it does; one past its run, or already
+        ending, is left to end."""
         entry = self.turns.get(task)
-        if entry is None or entry.stop is not None:
+        if entry is None or entry.ending:
             return
-        entry.stop = why
+        if entry.stop is None:
+            entry.stop = why
         if entry.running:
-            task.cancel()
+            entry.cancel(task)
+            asyncio.get_running_loop().call_later(RESTOP, self._restop, task)
+
+    def _restop(self, task: asyncio.Task[object]) -> None:
+        """A stop not yet taken (its cancel was lost) is asked for again."""
+        entry = self.turns.get(task)
+        if entry is not None and entry.stop is not None and not entry.ending:
+            self.stop(task, entry.stop)
 
     def stopped(self) -> Stop | None:
-        """In a turn whose task was cancelled: why, if the registry stopped it (its cancel
-        is then taken back); None if somebody else cancelled it too, or instead."""
+        """In a turn whose task was cancelled: why, if the registry stopped it (its cancels,
+        a lost one too, are then taken back, and the turn is ending: no later stop cancels
+        it again); None if somebody else cancelled it."""
         task = asyncio.current_task()
         entry = self.turns.get(task) if task is not None else None
         if task is None or entry is None or entry.stop is None:
             return None
-        if task.uncancel() > 0:  # another cancel is pending as well: that one goes on
-            return None
+        for _ in range(entry.cancels):
+            task.uncancel()
+        entry.cancels, entry.ending = 0, True
         return entry.stop
 
     async def drain(self, deadline: float) -> None:

@@ -8,6 +8,7 @@ is a list of batches (tests/test_pipeline_first_batch.py's `ListUpstream`).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from typing import Any, cast
 
 import pytest
@@ -243,3 +244,30 @@ async def test_the_drain_waits_for_turns_that_start_during_the_grace() -> None:
     with pytest.raises(RequestError) as refused:
         await gw.run(await a_turn(gw), RecordingSink(store, later), "websocket")
     assert refused.value.status == 503 and refused.value.code == "server_shutting_down"
+
+
+async def test_a_stop_whose_cancel_was_lost_is_asked_for_again() -> None:
+    """On Python 3.11 `asyncio.wait_for` (redis-py's) can swallow a cancel: the turn runs
+    on, and the registry's stop must still reach it."""
+    stream = HeldStream([[TextDelta("a")], [TextDelta("b")]], ready=False, end_with_last=False)
+    gw, store = gateway(ListUpstream(stream))
+    turn = await a_turn(gw)
+    writing = asyncio.Event()
+
+    class Swallowing(RecordingSink):
+        async def send(self, batch: list[Event], final: bool) -> None:
+            await RecordingSink.send(self, batch, final)
+            if self.got_text.is_set() and not final and not writing.is_set():
+                writing.set()
+                with contextlib.suppress(asyncio.CancelledError):  # as wait_for's race does
+                    await asyncio.Event().wait()
+
+    sink = Swallowing(store, turn)
+    task = asyncio.create_task(gw.run(turn, sink, "background"))
+    await writing.wait()
+    gw.in_flight.stop(task, Stop.CANCEL)  # lands in the write, and is lost there
+    done, _ = await asyncio.wait({task}, timeout=10)  # (a timeout around `await task`
+    assert done == {task}  # would cancel the task itself)
+    await task  # the stop was asked for again, and taken: the turn returned
+    assert task.cancelling() == 0  # the lost cancel was taken back too
+    assert sink.sent[-1][0][-1] == "response.failed" and turn.response["status"] == "cancelled"
