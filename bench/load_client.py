@@ -7,7 +7,9 @@ the first body byte, to the first text delta and to the end of the stream; it co
 that the call came back as `name:"lookup"`, `namespace:"mcp__bench"` with valid arguments.
 With `--expect raw` (the raw relay, which returns Chat chunks) the last event must be
 `[DONE]` and the namespace check is n/a; with `--expect raw-responses` (the raw relay of a
-Responses backend) the last event must be `response.completed`, and the check is n/a too.
+Responses backend) the last event must be `response.completed`, and with `--expect
+raw-messages` (the raw relay of an Anthropic Messages backend) `message_stop`; the check is
+n/a for both.
 
 Time-window mode (the default): the load runs for `--warmup` seconds, then counters are read
 at t0 and again at t1 = t0 + `--duration`; events/s is what arrived in between, requests and
@@ -59,14 +61,16 @@ MARK = {
     "responses": b"response.output_text.delta",
     "raw": b'"content":"tok',
     "raw-responses": b"response.output_text.delta",
+    "raw-messages": b'"text_delta","text":"tok',
 }
 SSE_HEADERS = {"Content-Type": "application/json", "Accept": "text/event-stream"}
 TERMINAL = ("response.completed", "response.incomplete", "response.failed", '"type":"error"')
 
 
-def request_body(model: str, ws: bool) -> dict[str, Any]:
+def request_body(model: str, ws: bool, store: bool = False) -> dict[str, Any]:
+    """`store: false` unless `store` (the API's default: measures keeping every response)."""
     body: dict[str, Any] = {"model": model, "input": "Run the benchmark.", "tools": TOOLS}
-    body["store"] = False
+    body["store"] = store
     if ws:
         return {"type": "response.create", **body}
     return {**body, "stream": True}
@@ -177,7 +181,7 @@ def jobs(
 ) -> list[Coroutine[Any, Any, None]]:
     """The C workers: SSE on our lean client, WebSocket on aiohttp's (session for that)."""
     url = args.url.rstrip("/") + args.path
-    body = request_body(args.model, args.ws)
+    body = request_body(args.model, args.ws, args.store)
     if args.ws:
         frame = orjson.dumps(body).decode()
         return [ws_worker(session, ws_url(url), frame, m, count) for _ in range(args.concurrency)]
@@ -276,6 +280,8 @@ def run_procs(args: argparse.Namespace) -> dict[str, Any]:
     ]
     if args.ws:
         base.append("--ws")
+    if args.store:
+        base.append("--store")
     if args.api_key:
         base += ["--api-key", args.api_key]
     children = [
@@ -308,12 +314,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--ws", action="store_true", help="WebSocket mode: C sockets")
     p.add_argument(
         "--expect",
-        choices=["responses", "raw", "raw-responses"],
+        choices=["responses", "raw", "raw-responses", "raw-messages"],
         default="responses",
         help="raw: Chat chunks from the raw relay, no namespace check; raw-responses: the "
         "relay of a Responses backend (Responses events, no namespace check)",
     )
     p.add_argument("--model", default="bench")
+    p.add_argument("--store", action="store_true", help="store: true (measure the response store)")
     p.add_argument(
         "--api-key",
         default=os.environ.get("BENCH_API_KEY", ""),

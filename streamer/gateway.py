@@ -16,7 +16,6 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from streamer import conversations
-from streamer.backend_api import backend_api
 from streamer.config import Settings
 from streamer.core import item_references
 from streamer.core.errors import (
@@ -27,21 +26,19 @@ from streamer.core.errors import (
     store_unavailable,
 )
 from streamer.core.events import Event
-from streamer.core.tools import NamingConfig
 from streamer.identity import request_client
 from streamer.in_flight import InFlight, Stop
 from streamer.metrics import Metrics
 from streamer.observe import Observation, open_recording
+from streamer.options import turn_options
 from streamer.quiet_trim import QuietTrim, malloc_trim
 from streamer.recorder import TapDirectory
-from streamer.records import stored
-from streamer.sealing import EPHEMERAL_KEY, Sealer, load_sealer
-from streamer.store import ResponseStore, StoreUnavailable
+from streamer.records import stored, unstored
+from streamer.store import ResponseStore, StoredResponse, StoreUnavailable
+from streamer.store.health import StoreHealth
 from streamer.turn import Turn, TurnOptions, prepare, warmup
 from streamer.turn_runner import Sink, TurnEvents
-from streamer.upstream.chat.profiles import BackendProfile, lowering_options, resolve
 from streamer.upstream.registry import UpstreamRegistry
-from streamer.upstream.responses.profiles import backend_tools
 
 if TYPE_CHECKING:
     from streamer.frontends.background import Background
@@ -51,61 +48,6 @@ log = logging.getLogger("streamer.gateway")
 SHUT_DOWN = "The gateway shut down before the response finished; retry the request."
 STORE_FAILED = "The response store was unavailable."
 BROKEN = "The gateway failed while streaming the response."
-
-
-def backend_profile(settings: Settings) -> BackendProfile:
-    """`--backend-profile` with each of its settings' own flags laid over it."""
-    return resolve(
-        settings.backend_profile,
-        system_messages=settings.system_messages,
-        tool_choice_object=settings.tool_choice_object,
-        required_choice=settings.tool_choice_required,
-        reasoning_efforts=settings.reasoning_efforts,
-        max_tokens_field=settings.max_tokens_field,
-        drop_params=settings.drop_params,
-        file_parts=settings.file_parts,
-        # --replay-reasoning off (deprecated) still means off
-        reasoning_replay=settings.reasoning_replay if settings.replay_reasoning else "off",
-        accepts=settings.backend_accepts,
-    )
-
-
-def turn_options(settings: Settings) -> TurnOptions:
-    if settings.tool_name_style not in ("codex", "double-underscore", "llamacpp", "dotted"):
-        raise ValueError(f"unknown tool name style {settings.tool_name_style!r}")
-    for flag, value in (
-        ("--max-output-bytes", settings.max_output_bytes),
-        ("--max-output-items", settings.max_output_items),
-        ("--max-turn-seconds", settings.max_turn_seconds),
-        ("--max-backend-json-bytes", settings.max_backend_json_bytes),
-    ):
-        if not value > 0:  # 0 would refuse every turn, not lift the limit: say so now
-            raise ValueError(f"{flag} must be positive (got {value!r})")
-    return TurnOptions(
-        naming=NamingConfig(
-            style=settings.tool_name_style,  # type: ignore[arg-type]
-            max_name_length=settings.max_tool_name_length,
-            max_tools=settings.max_tools,
-            max_tool_bytes=settings.max_tool_bytes,
-        ),
-        lowering=lowering_options(backend_profile(settings), model=settings.model),
-        max_input_items=settings.max_input_items,
-        max_output_bytes=settings.max_output_bytes,
-        max_output_items=settings.max_output_items,
-        max_turn_seconds=settings.max_turn_seconds,
-        sealer=state_sealer(settings.state_key_file, settings.shared_state_key),
-        api=backend_api(settings.upstream_api, backend_tools(settings.backend_profile)),
-    )
-
-
-def state_sealer(path: str | None, shared: bytes | None = None) -> Sealer:
-    """The sealer of `--state-key-file`, else of the key a `--workers` supervisor shares
-    among its workers; without either a random key (the log says so, at startup and when
-    it first seals something)."""
-    sealer = Sealer.from_secret(shared) if shared and not path else load_sealer(path)
-    if sealer.ephemeral:
-        log.info("no --state-key-file: %s", EPHEMERAL_KEY)
-    return sealer
 
 
 def previous_not_found(response_id: str) -> RequestError:
@@ -133,6 +75,12 @@ def never(turn: Turn) -> bool:
     return False
 
 
+def _history_of(record: StoredResponse | None) -> list[dict[str, Any]]:
+    if record is None:
+        return []
+    return continuation(record.input_items, record.response.get("output") or [])
+
+
 class Gateway:
     """Settings, upstreams, store and background turns; owns every turn's lifecycle."""
 
@@ -151,6 +99,8 @@ class Gateway:
         self.background = background
         self.options = options or turn_options(settings)
         self.in_flight = InFlight()
+        # --readyz-cache-seconds: how often a store known to be down is asked again
+        self.store_health = StoreHealth(store, settings.readyz_cache_seconds)
         self.conversations = conversations.Conversations(store, settings.max_input_items)
         self.stats: dict[str, int] = {"http_turns": 0, "ws_connections": 0, "ws_turns": 0}
         self.metrics = Metrics()
@@ -183,31 +133,43 @@ class Gateway:
         the WebSocket connection's id (its turns keep to one replica).
         """
         plan = self.upstreams.plan(body)  # the model named: 404 for one the config lacks
+        affinity = None
         if history is None:
             previous = body.get("previous_response_id") if isinstance(body, dict) else None
             # absent, or a type error that validation reports with its param
-            history = await self.history(previous, client) if isinstance(previous, str) else []
+            record = await self.continued(previous, client) if isinstance(previous, str) else None
+            history = _history_of(record)
+            affinity = record.affinity if record is not None else None
         conversation = None
         if isinstance(body, dict) and body.get("conversation") is not None:
             conversation, body, history = await self.conversation(body, history, client)
         if isinstance(body, dict) and item_references.referenced_ids(body.get("input")):
             body = {**body, "input": await self.references(body["input"], history, client)}
-        # a configured model's own options; the single-backend flags' are the gateway's
-        options = self.options if plan.route.spec.name is None else plan.route.options
-        turn = prepare(body, options, history=history)
-        self.upstreams.bind(turn, plan, session)
+        turn = prepare(body, plan.route.options.turn, history=history, client=client or "")
+        await self.check_store(turn.request)  # valid: a store outage is no reason for a 400
+        self.upstreams.bind(turn, plan, session, inherited=affinity)
         turn.conversation, turn.new_from = conversation, len(history)
-        if client is not None:
-            turn.client = client
         if authorization and self.settings.forward_authorization:
             turn.headers["Authorization"] = authorization
         return turn
 
+    async def check_store(self, request: Mapping[str, Any]) -> None:
+        """A `store: true` turn while the store is known to refuse writes: a 503 now,
+        before any byte, rather than an answer that would not be kept."""
+        if request.get("store") is False:
+            return
+        if not await self.store_health.writable():
+            raise store_unavailable(StoreUnavailable("it did not take the last write"))
+
     async def history(self, previous: str, client: str | None) -> list[dict[str, Any]]:
         """The continued response's input then output; another client's is not found, and
         a store outage is a 503."""
+        return _history_of(await self.continued(previous, client))
+
+    async def continued(self, previous: str, client: str | None) -> StoredResponse | None:
+        """The stored response `previous` names (None for ""); 400 if not found."""
         if not previous:
-            return []
+            return None
         if conversations.is_conversation_id(previous):  # a conversation is no response
             raise previous_not_found(previous)
         try:
@@ -216,7 +178,7 @@ class Gateway:
             raise store_unavailable(exc) from None
         if record is None:
             raise previous_not_found(previous)
-        return continuation(record.input_items, record.response.get("output") or [])
+        return record
 
     async def conversation(
         self, body: dict[str, Any], history: Sequence[dict[str, Any]], client: str | None
@@ -283,8 +245,8 @@ class Gateway:
         with self.in_flight.tracking():
             if not generate:
                 batch = warmup(turn)
-                if keep(turn):
-                    await self.remember(turn)
+                if keep(turn) and not await self.remember(turn):
+                    batch = unstored(batch)  # the response says store: false
                 await sink.send(batch, True)
                 return
             try:
@@ -293,7 +255,8 @@ class Gateway:
                 if turn.response["status"] != "queued":  # nobody holds the response yet
                     raise
                 streamer = turn.streamer  # a background turn refused: it ends failed
-                batch = streamer.start() + streamer.fail(exc.code or "server_error", exc.message)
+                failed = streamer.fail(exc.code or "server_error", exc.message, exc.type)
+                batch = streamer.start() + failed
                 await self._end(turn, sink, batch, keep)
 
     async def _observed(
@@ -319,7 +282,7 @@ class Gateway:
                     del batch  # sent: not kept while the next batch is awaited
                     continue
                 ending = batch
-                await self._settle(turn, keep)
+                await self._settle(turn, batch, keep)  # it may now say store: false
                 ending = []
                 await sink.send(batch, True)
                 return
@@ -344,13 +307,15 @@ class Gateway:
         """Store the ended turn, then send its last batch (an interrupted send has already
         handed its bytes over, so only an unsent end is sent)."""
         if tail:
-            await self._settle(turn, keep)
+            await self._settle(turn, tail, keep)
             await sink.send(tail, True)
 
-    async def _settle(self, turn: Turn, keep: Callable[[Turn], bool]) -> None:
-        """What an ended turn leaves: its stored response, its conversation's new items."""
-        if keep(turn):
-            await self.remember(turn)
+    async def _settle(self, turn: Turn, batch: list[Event], keep: Callable[[Turn], bool]) -> None:
+        """What an ended turn leaves: its stored response (if the store failed, its last
+        `batch` is rewritten in place to say `store: false`, as the response now does),
+        its conversation's new items."""
+        if keep(turn) and not await self.remember(turn):
+            batch[:] = unstored(batch)
         if turn.conversation is not None:
             await self.extend_conversation(turn)
 
@@ -379,20 +344,28 @@ class Gateway:
             log.error("turn %s failed", turn.response["id"], exc_info=exc)
             tail = turn.streamer.fail("server_error", BROKEN)
         try:
-            if keep(turn):
-                await self.remember(turn)
+            await self._settle(turn, tail, keep)
             await sink.send(tail, True)
         except Exception:
             raise exc from None
 
-    async def remember(self, turn: Turn) -> None:
-        """Store a finished response unless the client said `store: false`."""
+    async def remember(self, turn: Turn) -> bool:
+        """Store a finished response unless the client said `store: false`; False when the
+        store failed: the response then says `store: false` (the client is told through
+        the Response's own field), counted and logged."""
         if turn.request.get("store") is False:
-            return
+            return True
         try:
             await self.store.put(stored(turn))
-        except Exception as exc:  # the client already has its answer; say so in the log
-            log.warning("could not store response %s: %s", turn.response["id"], exc)
+        except Exception as exc:
+            self.store_health.wrote(False)
+            self.metrics.not_stored.inc()
+            turn.response["store"] = False
+            log.warning("could not store response %s (answered with store: false): %s",
+                        turn.response["id"], exc)  # fmt: skip
+            return False
+        self.store_health.wrote(True)
+        return True
 
     async def extend_conversation(self, turn: Turn) -> None:
         """A finished turn on a conversation: its input and output join it."""

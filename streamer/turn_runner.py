@@ -130,7 +130,7 @@ def _truncated(turn: Turn, exc: RequestError) -> dict[str, Any] | None:
         len(kept),
         len(items),
     )
-    return turn.api.lower(turn.request, kept, turn.names, turn.lowering)
+    return turn.kind.lower(turn.request, kept, turn.names, turn.lowering)
 
 
 async def _open_once(
@@ -320,7 +320,7 @@ def _failed(turn: Turn, exc: Exception, clock: TurnClock) -> list[Event]:
     if isinstance(exc, TurnTimeout):
         return streamer.fail("turn_timeout", _timed_out(turn, clock))
     if isinstance(exc, RequestError):
-        return streamer.fail(exc.code or "server_error", exc.message)
+        return streamer.fail(exc.code or "server_error", exc.message, exc.type)
     # A bug must still end the stream well-formed, never as a torn connection.
     log.error("turn %s failed", turn.response["id"], exc_info=exc)
     return streamer.fail("server_error", "The gateway failed while streaming the response.")

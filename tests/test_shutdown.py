@@ -316,17 +316,15 @@ async def test_every_transport_ends_a_shut_down_turn_the_same_way(
                                        *store) as other:  # fmt: skip
                 stored = {k: await _stored(session, other, r["id"]) for k, r in ended.items()}
                 stored["background"] = await _stored(session, other, background_id)
-    error = {"code": "server_error", "message": SHUT_DOWN}
+    error = ended["sse"]["error"]
+    assert (error["code"], error["message"]) == ("server_error", SHUT_DOWN)
     for transport, response in ended.items():
         assert (response["status"], response["error"]) == ("failed", error), transport
     for transport, (record, _) in stored.items():
         assert (record["status"], record["error"]) == ("failed", error), transport
     last = stored["background"][1]
-    assert (
-        last is not None
-        and last["type"] == "response.failed"
-        and last["response"]["error"] == error
-    )
+    assert last is not None and last["type"] == "response.failed"
+    assert last["response"]["error"] == error
 
 
 @pytest.mark.redis

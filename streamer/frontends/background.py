@@ -16,6 +16,9 @@ gateway) into `_LogSink`, and `Gateway.run` ends it, however it ends: a watcher 
 the in-flight registry to stop it when a cancel is asked for, and the shutdown drains it
 with every other turn (`--shutdown-grace`). A cancel waits `--background-cancel-wait`
 seconds for the running instance before ending an orphaned response itself.
+
+How many run at once is capped, in all and per client (`TurnCaps`, background_caps.py):
+a create beyond is a 429 before anything is stored.
 """
 
 from __future__ import annotations
@@ -41,6 +44,7 @@ from streamer.core.events import (
     Event,
 )
 from streamer.core.response import usage_object
+from streamer.frontends.background_caps import TurnCaps
 from streamer.in_flight import InFlight, Stop
 from streamer.records import stored
 from streamer.store import ResponseStore, StoreUnavailable
@@ -63,6 +67,7 @@ SSE_HEADERS = {
 # Waits between retries of a write to a stalled store: short first (a blip), then steady.
 RETRY_FIRST = 0.05
 RETRY_MAX = 1.0
+DEFAULT_CAP = 256  # background turns, when no cap is given (the app's come from the fd budget)
 
 
 TurnRun = Callable[[Turn, Sink], Awaitable[None]]  # `Gateway.run` for background turns
@@ -85,7 +90,14 @@ class _LogSink:
 class Background:
     """The background turns this instance runs, and cancel for any instance's turns."""
 
-    def __init__(self, store: ResponseStore, *, store_wait: float, cancel_wait: float = 5.0):
+    def __init__(
+        self,
+        store: ResponseStore,
+        *,
+        store_wait: float,
+        cancel_wait: float = 5.0,
+        caps: TurnCaps | None = None,
+    ):
         self.store = store
         self.store_wait = store_wait  # --background-store-wait
         # How long a cancel waits for the running instance to end the turn before it
@@ -93,14 +105,15 @@ class Background:
         self.cancel_wait = cancel_wait
         self.tasks: dict[str, asyncio.Task[None]] = {}
         self.unlogged: dict[str, deque[Event]] = {}
+        # --background-max-turns / --background-max-per-client (the app's: the fd budget's)
+        self.caps = caps or TurnCaps(DEFAULT_CAP, DEFAULT_CAP // 4)
 
     async def start(self, turn: Turn, run: TurnRun, in_flight: InFlight) -> bytes:
         """Accept a background turn: stored as queued, then `run` in its own task, held by
         `in_flight` from now (the shutdown drains it like any turn); the queued snapshot
         (what the client is answered)."""
-        if turn.request.get("store") is False:
-            raise invalid("Background responses require 'store' to be true.", "background")
-        response_id = turn.response["id"]
+        self._admit(turn)
+        response_id, client = turn.response["id"], turn.client
         queued = turn.streamer.queued()
         try:
             # A store outage is a 503 here, before anything started. The event goes first:
@@ -109,6 +122,7 @@ class Background:
             await self._put(turn)
         except BaseException:
             self.unlogged.pop(response_id, None)
+            self.caps.give(client)
             _close_recording(turn)
             raise
         body = orjson.dumps(turn.response)  # the queued snapshot, before the task runs
@@ -117,8 +131,26 @@ class Background:
         )
         in_flight.hold(task)
         self.tasks[response_id] = task
-        task.add_done_callback(lambda _: self.tasks.pop(response_id, None))
+
+        def ended(_: asyncio.Task[None]) -> None:
+            self.tasks.pop(response_id, None)
+            self.caps.give(client)
+
+        task.add_done_callback(ended)
         return body
+
+    def _admit(self, turn: Turn) -> None:
+        """Count the turn under its caps, or refuse it before anything is stored: a 400
+        without `store`, a 429 beyond a cap (logged when the cap fills up)."""
+        if turn.request.get("store") is False:
+            _close_recording(turn)
+            raise invalid("Background responses require 'store' to be true.", "background")
+        refusal = self.caps.take(turn.client)
+        if refusal is not None:
+            _close_recording(turn)
+            if refusal.first:
+                log.warning(refusal.log_line())
+            raise refusal.error()
 
     async def _run(self, turn: Turn, run: TurnRun, in_flight: InFlight) -> None:
         """The turn's task. `run` (`Gateway.run`) ends the turn, however it ends: a watcher

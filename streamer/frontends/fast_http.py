@@ -28,7 +28,7 @@ from aiohttp.http import SERVER_SOFTWARE
 
 from streamer import logs
 from streamer.config import Settings
-from streamer.core import sse
+from streamer.core import json_bounds, sse
 from streamer.core.errors import RequestError, invalid, shutting_down, store_unavailable
 from streamer.core.events import Event
 from streamer.core.response import new_id
@@ -61,10 +61,11 @@ class Owner(Protocol):
     def hand_over(self, buffered: bytes) -> None: ...
 
 
-def parse_json(raw: bytes | bytearray) -> Any:
-    """A request body as JSON, or the 400 that says why not (both servers' rule)."""
+def parse_json(raw: bytes | bytearray, max_values: int = json_bounds.MAX_VALUES) -> Any:
+    """A request body as JSON, or the 400 that says why not (both servers' rule): not
+    JSON, or JSON beyond the bounds (`json_bounds`: too deep, too many values)."""
     try:
-        return orjson.loads(raw)
+        return json_bounds.loads(raw, max_values)
     except orjson.JSONDecodeError as exc:
         raise invalid(
             f"We could not parse the JSON body of your request ({exc.msg}).", code="invalid_json"
@@ -101,6 +102,7 @@ class FastRoute:
         self.keys = keys
         self.max_line = settings.max_header_bytes
         self.max_body = settings.max_body_bytes
+        self.max_json_values = settings.max_json_values
         self.body_timeout = settings.client_body_timeout
         self.conns: set[FastProtocol] = set()
         self.closing = False
@@ -348,7 +350,7 @@ class FastProtocol(asyncio.Protocol):
             self.timer.cancel()
             self.timer = None
         try:
-            body = parse_json(self.buf[head.size : end])
+            body = parse_json(self.buf[head.size : end], route.max_json_values)
         except RequestError as exc:
             body = exc
         if background(body):

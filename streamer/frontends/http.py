@@ -81,7 +81,8 @@ async def read_json(request: web.Request) -> Any:
             code="unsupported_media_type",
         )
     _check_coding(request.headers.get("Content-Encoding", ""))
-    limit = request.app[GATEWAY].settings.client_body_timeout
+    settings = request.app[GATEWAY].settings
+    limit = settings.client_body_timeout
     try:
         async with asyncio.timeout(limit):
             raw = await request.read()
@@ -104,7 +105,7 @@ async def read_json(request: web.Request) -> Any:
         raise invalid(
             f"We could not read the body of your request: {reason}.", code="invalid_body"
         ) from None
-    return parse_json(raw)
+    return parse_json(raw, settings.max_json_values)
 
 
 async def create_response(request: web.Request) -> web.StreamResponse:
@@ -226,7 +227,7 @@ def fresh(probed_at: float | None, now: float, seconds: float) -> bool:
 
 
 class ReadyProbe:
-    """The readiness probe (backend `GET /models`, store ping) behind `/readyz`.
+    """The readiness probe (backend `GET /models`, a store write) behind `/readyz`.
 
     `/readyz` needs no key: without a cache, every call would be a backend request.
     An answer is kept `--readyz-cache-seconds`; calls meanwhile share the probe in flight.
@@ -252,10 +253,7 @@ class ReadyProbe:
     async def _probe(self, gateway: Gateway) -> tuple[bool, bool]:
         try:
             backend = await gateway.upstreams.ping()
-            try:
-                store = await gateway.store.ping()
-            except Exception:
-                store = False
+            store = await gateway.store_health.probe()  # a write: can the store keep one
             self._result = (backend, store)
             self._at = asyncio.get_running_loop().time()
             return self._result
@@ -267,7 +265,7 @@ READY_PROBE = web.AppKey("ready_probe", ReadyProbe)
 
 
 async def readyz(request: web.Request) -> web.Response:
-    """Ready when the backend answers and the store is reachable (503 otherwise)."""
+    """Ready when the backend answers and the store takes a write (503 otherwise)."""
     backend, store = await request.app[READY_PROBE].check(request.app[GATEWAY])
     ready = backend and store
     return json_response(

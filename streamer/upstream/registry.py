@@ -12,14 +12,10 @@ from __future__ import annotations
 from typing import Any, Protocol
 
 from streamer.models_config import ModelsConfig, single
-from streamer.turn import Turn, TurnOptions
+from streamer.options import ModelOptions
+from streamer.turn import Turn
 from streamer.upstream.batch import Upstream
-from streamer.upstream.chat.client import ChatUpstream
-from streamer.upstream.responses.client import ResponsesUpstream
 from streamer.upstream.router import Plan, Router, TurnRoute
-
-CLIENTS: dict[str, type[ChatUpstream]] = {"chat": ChatUpstream, "responses": ResponsesUpstream}
-"""The client of each `--upstream-api`: one shell, the API's endpoint and decoder."""
 
 
 class Backend(Upstream, Protocol):
@@ -28,14 +24,6 @@ class Backend(Upstream, Protocol):
     async def get_models(self, *, headers: dict[str, str] | None = None) -> tuple[int, bytes]: ...
     async def ping(self) -> bool: ...
     async def close(self) -> None: ...
-
-
-def client_class(api: str) -> type[ChatUpstream]:
-    """The backend client of `--upstream-api api` (a ValueError for another)."""
-    try:
-        return CLIENTS[api]
-    except KeyError:
-        raise ValueError(f"unknown --upstream-api {api!r} (one of {', '.join(CLIENTS)})") from None
 
 
 class UpstreamRegistry:
@@ -48,8 +36,8 @@ class UpstreamRegistry:
             backend = router
             router = Router(
                 single("backend", api_key=None, model=None),
-                lambda spec, url: backend,
-                lambda spec: TurnOptions(),
+                lambda spec, url, options: backend,
+                lambda spec: ModelOptions(),
                 queue_seconds=0,
                 health_interval=0,
                 affinity_entries=0,
@@ -74,11 +62,16 @@ class UpstreamRegistry:
         )  # not an object: validation says so
         return Plan(table, table.route_for(model), None)
 
-    def bind(self, turn: Turn, plan: Plan, session: str | None) -> None:
-        """The prepared turn goes by `plan`; its response names the model (not an alias)."""
+    def bind(
+        self, turn: Turn, plan: Plan, session: str | None, *, inherited: str | None = None
+    ) -> None:
+        """The prepared turn goes by `plan`; its response names the model (not an alias).
+        `inherited`: the affinity key the continued response was stored with (any instance
+        may have made it), which the chain keeps."""
         route = plan.route
         if len(route.replicas) > 1 or route.spec.fallbacks:
-            plan.key = self.router.chains.key_for(turn.response["id"], turn.request, session)
+            chains = self.router.chains
+            plan.key = chains.key_for(turn.response["id"], turn.request, session, inherited)
         if route.spec.name is not None:
             turn.response["model"] = route.spec.name
         turn.route = plan
@@ -95,11 +88,18 @@ class UpstreamRegistry:
     def replica(self, turn: Turn) -> Any:
         """A backend of `turn`'s model for what is not a turn (its tokenizer): the model's
         first replica (replicas of one model share a tokenizer)."""
-        plan = turn.route if isinstance(turn.route, Plan) else self.plan(turn.request)
+        plan = self._plan_of(turn)
         return plan.route.replicas[0].backend if plan.route.replicas else self.default
 
+    def options(self, turn: Turn) -> ModelOptions:
+        """The options of `turn`'s model (its profile names its tokenizer)."""
+        return self._plan_of(turn).route.options
+
+    def _plan_of(self, turn: Turn) -> Plan:
+        return turn.route if isinstance(turn.route, Plan) else self.plan(turn.request)
+
     def chat(self) -> Any:
-        """The single-backend flags' Chat client (the profile probe reads its models)."""
+        """The single-backend flags' client (the profile probe reads its models)."""
         return self.default
 
     async def models(self, headers: dict[str, str] | None = None) -> tuple[int, bytes]:
