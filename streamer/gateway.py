@@ -37,7 +37,7 @@ from streamer.records import stored, unstored
 from streamer.store import ResponseStore, StoredResponse, StoreUnavailable
 from streamer.store.health import StoreHealth
 from streamer.turn import Turn, TurnOptions, prepare, warmup
-from streamer.turn_runner import Sink, TurnEvents
+from streamer.turn_runner import BROKEN, Sink, TurnEvents
 from streamer.upstream.registry import UpstreamRegistry
 
 if TYPE_CHECKING:
@@ -47,7 +47,6 @@ log = logging.getLogger("streamer.gateway")
 
 SHUT_DOWN = "The gateway shut down before the response finished; retry the request."
 STORE_FAILED = "The response store was unavailable."
-BROKEN = "The gateway failed while streaming the response."
 
 
 def previous_not_found(response_id: str) -> RequestError:

@@ -26,6 +26,9 @@ from streamer.upstream.first_call import first_calls
 
 log = logging.getLogger("streamer.turn_runner")
 
+BROKEN = "The gateway failed while streaming the response."
+"""A failed turn's message when the gateway itself failed (a bug): the stream still ends."""
+
 
 class Sink(Protocol):
     """Where a transport takes a turn's events (`Gateway.run`): SSE, JSON, WebSocket, log."""
@@ -323,7 +326,7 @@ def _failed(turn: Turn, exc: Exception, clock: TurnClock) -> list[Event]:
         return streamer.fail(exc.code or "server_error", exc.message, exc.type)
     # A bug must still end the stream well-formed, never as a torn connection.
     log.error("turn %s failed", turn.response["id"], exc_info=exc)
-    return streamer.fail("server_error", "The gateway failed while streaming the response.")
+    return streamer.fail("server_error", BROKEN)
 
 
 def _settle(turn: Turn, end: bool) -> list[Event]:
