@@ -18,13 +18,13 @@ from aiohttp import web
 
 from streamer import fd_budget, logs
 from streamer.config import NO_RELOAD, Settings
-from streamer.core.errors import RequestError
+from streamer.core.errors import RequestError, store_unavailable
 from streamer.core.response import new_id
 from streamer.frontends.api_keys import ApiKeys
 from streamer.frontends.fast_http import FAST_ROUTE, FastRoute
 from streamer.frontends.frontdoor import FRONT_DOOR, FrontDoor, GuardedSite, door_middleware
 from streamer.frontends.http import GATEWAY, MODEL_CATALOG
-from streamer.gateway import Gateway, store_unavailable
+from streamer.gateway import Gateway
 from streamer.identity import CLIENT
 from streamer.logs import choose_request_id
 from streamer.model_metadata import load_model_catalog
@@ -281,37 +281,25 @@ def _ignore_sighup(app: web.Application) -> None:
         app[SIGHUP] = True
 
 
-class _Shutdown:
-    """The drain started when shutdown begins, awaited once the sockets are closed."""
-
-    __slots__ = ("task",)
-
-    def __init__(self) -> None:
-        self.task: asyncio.Task[None] | None = None
-
-
-SHUTDOWN = web.AppKey("shutdown", _Shutdown)
 # After the drain, aiohttp waits this long for any handler left, then cancels it: a
-# follower of a background turn is cut there (it can resume on another instance), and
-# the turn itself is ended as failed in the store on cleanup (`_stop`).
+# follower of a background turn is cut there (it can resume on another instance).
 SHUTDOWN_BACKSTOP = 1.0
 
 
-async def _begin_shutdown(app: web.Application) -> None:
-    """SIGTERM: the listener is closed already. In-flight HTTP turns get `--shutdown-grace`
-    seconds to finish, alongside the WebSocket sessions' own drain; background turns run
-    on meanwhile."""
+async def _shutdown(app: web.Application) -> None:
+    """SIGTERM (the listener is closed already): the one drain. From here no new turn is
+    taken; the turns in flight on every transport (HTTP handlers, the fast path, WebSocket
+    lanes, background turns: all in `Gateway.in_flight`) get `--shutdown-grace` seconds
+    to finish, then `Gateway.run` ends each one left alike. The WebSocket sockets close
+    after it (1001, their own on_shutdown hook)."""
+    gateway = app.get(GATEWAY)
+    if gateway is None:  # the startup failed
+        return
     deadline = asyncio.get_running_loop().time() + app[SETTINGS].shutdown_grace
     fast = app.get(FAST_ROUTE)
     if fast is not None:  # as aiohttp's pre_shutdown does with its own connections
         fast.shutdown()
-    app[SHUTDOWN].task = asyncio.create_task(app[GATEWAY].in_flight.drain(deadline))
-
-
-async def _finish_shutdown(app: web.Application) -> None:
-    task = app[SHUTDOWN].task
-    if task is not None:
-        await task
+    await gateway.in_flight.drain(deadline)
 
 
 async def _stop(app: web.Application) -> None:
@@ -391,9 +379,8 @@ def create_app(settings: Settings) -> web.Application:
     app[FRONT_DOOR] = front
     app[DRAINING] = Draining()
     app.on_response_prepare.append(_add_request_id)
-    app[SHUTDOWN] = _Shutdown()
     app.on_startup.append(_start)
-    app.on_shutdown.append(_begin_shutdown)  # first: the deadline runs from here
+    app.on_shutdown.append(_shutdown)  # first: the drain, before the sockets close
     app.on_cleanup.append(_stop)
     app.on_cleanup.append(_close_door)
     websocket.add_routes(app)  # GET /v1/responses (upgrade) before the HTTP routes
@@ -401,7 +388,6 @@ def create_app(settings: Settings) -> web.Application:
     retrieval.add_routes(app)
     conversations.add_routes(app)
     input_tokens.add_routes(app)  # POST /v1/responses/input_tokens
-    app.on_shutdown.append(_finish_shutdown)  # last: after the WebSocket sessions closed
     return app
 
 

@@ -372,7 +372,11 @@ class Settings:
         "Seconds an SSE stream or a background follower may be quiet before a comment "
         "(`: keepalive`) goes out, so a proxy's idle timeout does not cut it (0: never).",
     )
-    shutdown_grace: float = setting(30.0, "Seconds in-flight streams get to finish on SIGTERM.")
+    shutdown_grace: float = setting(
+        30.0,
+        "Seconds the turns in flight (HTTP, WebSocket and background alike) get to finish on "
+        "SIGTERM; past it each ends failed.",
+    )
     drain_seconds: float = setting(
         0.0,
         "Seconds between SIGTERM and the listener closing, in which /readyz answers 503 and "

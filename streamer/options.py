@@ -24,8 +24,8 @@ from streamer.core.model_catalog import output_limits
 from streamer.core.tools import NamingConfig
 from streamer.model_metadata import load_model_catalog
 from streamer.models_config import TOOL_NAME_STYLES, ModelSpec
-from streamer.pipeline import TurnOptions
 from streamer.sealing import EPHEMERAL_KEY, Sealer, load_sealer
+from streamer.turn import TurnOptions
 from streamer.upstream.chat.profiles import PROFILES, BackendProfile, lowering_options, resolve
 from streamer.upstream.kind import BackendKind
 from streamer.upstream.kinds import kind_named

@@ -6,9 +6,9 @@ from typing import Any
 
 import orjson
 
-from streamer.core.events import Event
-from streamer.pipeline import Turn
-from streamer.store import TERMINAL_EVENT_TYPES, StoredResponse
+from streamer.core.events import TERMINAL_EVENT_TYPES, Event
+from streamer.store import StoredResponse
+from streamer.turn import Turn
 
 
 def stored(turn: Turn) -> StoredResponse:
@@ -28,7 +28,7 @@ def unstored(batch: list[Event]) -> list[Event]:
     event is encoded again."""
     out = []
     for event in batch:
-        if event.type in TERMINAL_EVENT_TYPES and event.type != "error":
+        if event.type in TERMINAL_EVENT_TYPES:
             value = orjson.loads(event.data)
             if isinstance(value.get("response"), dict):
                 value["response"]["store"] = False

@@ -36,6 +36,7 @@ from scripted_backend import (
 )
 from sdk_models import validate_event, validate_response
 
+from streamer.gateway import SHUT_DOWN
 from streamer.store import MemoryStore, open_store
 from streamer.store.sqlite_store import SqliteStore
 
@@ -57,14 +58,17 @@ def search_call(call_id: str = "call_1", *, pause: float = 0.0) -> list[Any]:
 
 @pytest.fixture(params=["memory", "sqlite", pytest.param("redis", marks=redis_marks)])
 async def gw(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[GatewayHarness]:
-    """The gateway with each store; Redis starts every test from an empty database."""
+    """The gateway with each store; Redis starts every test from an empty database.
+    `@pytest.mark.gateway(**settings)` adds settings."""
+    marker = request.node.get_closest_marker("gateway")
+    overrides = dict(marker.kwargs) if marker else {}
     spec = "memory" if request.param == "memory" else f"sqlite:{tmp_path / 'store.db'}"
     if request.param == "redis":
         server = request.getfixturevalue("redis_server")
         spec = server.url
         async with aioredis.Redis.from_url(spec) as r:
             await r.flushdb()
-    async with GatewayHarness(store=spec) as harness:
+    async with GatewayHarness(store=spec, **overrides) as harness:
         yield harness
 
 
@@ -393,9 +397,11 @@ async def test_delete_running_background_cancels_it(
         await client.responses.retrieve(created.id)
 
 
+@pytest.mark.gateway(shutdown_grace=0.2)
 async def test_shutdown_ends_running_background_turns(
     gw: GatewayHarness, client: AsyncOpenAI
 ) -> None:
+    """Past --shutdown-grace, a background turn still running ends failed, logged and stored."""
     gw.backend.script([*text_chunks(["partial"]), HANG])
     created = await client.responses.create(model="m", input="hi", background=True)
     await wait_status(client, created.id, {"in_progress"})
@@ -408,7 +414,7 @@ async def test_shutdown_ends_running_background_turns(
     try:
         response = await store.get_response(created.id)
         assert response is not None and response["status"] == "failed"
-        assert response["error"]["message"] == "The gateway shut down."
+        assert response["error"]["message"] == SHUT_DOWN
         logged = [(seq, orjson.loads(data)) async for seq, data in store.events(created.id)]
         assert [seq for seq, _ in logged] == list(range(len(logged)))
         assert logged[-1][1]["type"] == "response.failed"  # followers are not left hanging

@@ -22,8 +22,9 @@ from streamer.frontends.keepalive import Keepalive
 from streamer.gateway import Gateway
 from streamer.identity import CLIENT
 from streamer.models_config import catalog_entries
-from streamer.pipeline import JSONSink, Turn
 from streamer.stopping import DRAINING
+from streamer.turn import Turn
+from streamer.turn_runner import JSONSink
 from streamer.worker import WORKER_INFO
 
 log = logging.getLogger("streamer.frontends.http")
@@ -131,11 +132,10 @@ async def create_response(request: web.Request) -> web.StreamResponse:
             request, gateway.store, turn.response["id"], after=-1, leases=leases,
             keepalive=keepalive,
         )  # fmt: skip
-    with gateway.in_flight.tracking():
-        if not body.get("stream"):
-            await gateway.run(turn, JSONSink(), "json")
-            return json_response(turn.response)
-        return await stream_sse(request, gateway, turn)
+    if not body.get("stream"):
+        await gateway.run(turn, JSONSink(), "json")
+        return json_response(turn.response)
+    return await stream_sse(request, gateway, turn)
 
 
 async def compact(request: web.Request) -> web.Response:
@@ -152,8 +152,7 @@ async def compact(request: web.Request) -> web.Response:
         authorization=headers.get("Authorization"),
     )
     gateway.stats["http_turns"] += 1
-    with gateway.in_flight.tracking():
-        await gateway.run(turn, JSONSink(), "json")
+    await gateway.run(turn, JSONSink(), "json")
     return json_response(compacted(turn.response, turn.items))
 
 

@@ -6,7 +6,6 @@ from __future__ import annotations
 from typing import Any
 
 from streamer.store.base import (
-    TERMINAL_EVENT_TYPES,
     IncompleteRecord,
     ResponseStore,
     StoredResponse,
@@ -17,7 +16,6 @@ from streamer.store.base import (
 from streamer.store.memory import MemoryStore
 
 __all__ = [
-    "TERMINAL_EVENT_TYPES",
     "IncompleteRecord",
     "MemoryStore",
     "ResponseStore",

@@ -11,24 +11,13 @@ from typing import Any, Literal, Protocol, runtime_checkable
 import orjson
 
 from streamer.core.call_kinds import CALL_KINDS
+from streamer.core.events import STREAM_END_TYPES
 
 Order = Literal["asc", "desc"]
 Incomplete = Callable[[str], None]
 """Told what was found incomplete (`record`, `events`): the gateway counts it (a metric)."""
 
 log = logging.getLogger("streamer.store")
-
-# Event types after which a response stream carries nothing more. `error` counts: a bare
-# `error` event ends a stream that may never see `response.failed`.
-TERMINAL_EVENT_TYPES = frozenset(
-    {
-        "response.completed",
-        "response.incomplete",
-        "response.failed",
-        "response.cancelled",
-        "error",
-    }
-)
 
 # Id prefixes for input items stored without an id (input_items pages need a cursor): a
 # call's and its output's are its kind's (streamer/core/call_kinds.py).
@@ -256,8 +245,9 @@ def event_type(data: bytes) -> str | None:
 
 
 def is_terminal(data: bytes) -> bool:
-    """Whether the logged event ends its stream (see TERMINAL_EVENT_TYPES)."""
-    return event_type(data) in TERMINAL_EVENT_TYPES
+    """Whether the logged event ends its stream (`STREAM_END_TYPES`: a terminal event or a
+    bare `error`)."""
+    return event_type(data) in STREAM_END_TYPES
 
 
 def check_page_args(limit: int, order: str) -> None:

@@ -13,7 +13,8 @@ from typing import Any, Protocol
 
 from streamer.models_config import ModelsConfig, single
 from streamer.options import ModelOptions
-from streamer.pipeline import Turn, Upstream
+from streamer.turn import Turn
+from streamer.upstream.batch import Upstream
 from streamer.upstream.router import Plan, Router, TurnRoute
 
 
