@@ -10,7 +10,8 @@ answered (each HTTP request and each WebSocket turn counts one):
 - a WebSocket opened (offering permessage-deflate with `--ws-deflate`, as the OpenAI SDK
   does), two turns on it, the second continuing the first, then closed: socket churn.
 
-VmRSS is read every `--sample` requests. Any answer that is not a completed turn is an
+VmRSS is read every `--sample` requests, and once more after `--idle` seconds without a
+request at the end (the gateway's `--trim-after` gives freed memory back). Any answer that is not a completed turn is an
 error (exit 1).
 
     .venv/bin/python bench/soak.py --requests 50000                      # no compression
@@ -50,6 +51,7 @@ class Soak:
         self.done = 0
         self.outcomes: Counter[str] = Counter()
         self.samples: list[tuple[int, int]] = []  # (requests answered, VmRSS kB)
+        self.idle_kb = 0  # VmRSS after `--idle` seconds without a request, at the end
         self._next_sample = 0
         self._kinds = itertools.cycle(MIX)
 
@@ -154,6 +156,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--deltas", type=int, default=20, help="text deltas per backend answer")
     p.add_argument("--ws-deflate", action="store_true", help="WebSockets offer permessage-deflate")
     p.add_argument("--gateway-arg", action="append", default=[], help="a `streamer serve` flag")
+    p.add_argument("--idle", type=float, default=3.0,
+                   help="seconds idle at the end, then a last VmRSS sample")  # fmt: skip
     p.add_argument("--churn", type=int, default=0, help="socket churn rounds instead")
     p.add_argument("--sockets", type=int, default=500, help="sockets open at once per round")
     args = p.parse_args(argv)
@@ -174,6 +178,8 @@ def main(argv: list[str] | None = None) -> int:
             return 0
         soak = Soak(port, gateway.pid, args)
         asyncio.run(soak.run())
+        time.sleep(args.idle)  # the gateway's --trim-after gives freed memory back meanwhile
+        soak.idle_kb = status_kb(gateway.pid, "VmRSS:")
     finally:
         for proc in (gateway, backend):
             proc.terminate()
@@ -192,7 +198,7 @@ def report(soak: Soak, args: argparse.Namespace, seconds: float) -> None:
           f"{args.ws_deflate}, gateway {args.gateway_arg}: {dict(soak.outcomes)}")  # fmt: skip
     print(f"VmRSS MB by requests answered: {mb}")
     print(f"after the first {args.sample}: min {min(after_warmup)}, max {max(after_warmup)}, "
-          f"last {after_warmup[-1]} MB")  # fmt: skip
+          f"last {after_warmup[-1]} MB; {args.idle:g} s idle: {round(soak.idle_kb / 1024, 1)} MB")  # fmt: skip
 
 
 if __name__ == "__main__":
