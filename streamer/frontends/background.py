@@ -22,7 +22,8 @@ a create beyond is a 429 before anything is stored.
 
 The instance running a turn holds a lease on it in the store (leases.py): if the instance
 stops, whoever sees the lease lapse first (a poller, a follower, a sweep) ends the turn
-`failed`, and every follower gets that end.
+`failed`, and every follower gets that end. A runner that finds its lease taken (it was
+only stalled) has the registry stop its turn (`Stop.TAKEN`): `Gateway.run` writes no end.
 """
 
 from __future__ import annotations
