@@ -36,7 +36,7 @@ from typing import Any
 import aiohttp
 import orjson
 import websockets
-from bench_websocket import raise_fd_limit, start_processes, status_kb
+from bench_websocket import cpu_seconds, raise_fd_limit, start_processes, status_kb
 
 # one turn of each kind in this many: SSE, stored JSON + chain, background, WebSocket
 MIX = ("sse", "sse", "sse", "sse", "chain", "chain", "background", "ws", "ws")
@@ -52,6 +52,7 @@ class Soak:
         self.outcomes: Counter[str] = Counter()
         self.samples: list[tuple[int, int]] = []  # (requests answered, VmRSS kB)
         self.idle_kb = 0  # VmRSS after `--idle` seconds without a request, at the end
+        self.cpu = 0.0  # the gateway's CPU seconds (user + system) for the whole run
         self._next_sample = 0
         self._kinds = itertools.cycle(MIX)
 
@@ -180,6 +181,7 @@ def main(argv: list[str] | None = None) -> int:
         asyncio.run(soak.run())
         time.sleep(args.idle)  # the gateway's --trim-after gives freed memory back meanwhile
         soak.idle_kb = status_kb(gateway.pid, "VmRSS:")
+        soak.cpu = cpu_seconds(gateway.pid)
     finally:
         for proc in (gateway, backend):
             proc.terminate()
@@ -194,7 +196,8 @@ def main(argv: list[str] | None = None) -> int:
 def report(soak: Soak, args: argparse.Namespace, seconds: float) -> None:
     mb = [(n, round(kb / 1024, 1)) for n, kb in soak.samples]
     after_warmup = [v for n, v in mb if n >= args.sample] or [v for _, v in mb]
-    print(f"soak: {soak.done} requests in {seconds:.0f} s, c = {args.c}, deflate offered: "
+    print(f"soak: {soak.done} requests in {seconds:.0f} s (gateway CPU {soak.cpu:.1f} s), "
+          f"c = {args.c}, deflate offered: "
           f"{args.ws_deflate}, gateway {args.gateway_arg}: {dict(soak.outcomes)}")  # fmt: skip
     print(f"VmRSS MB by requests answered: {mb}")
     print(f"after the first {args.sample}: min {min(after_warmup)}, max {max(after_warmup)}, "
