@@ -28,7 +28,7 @@ from streamer.gateway import Gateway
 from streamer.identity import CLIENT
 from streamer.logs import choose_request_id
 from streamer.model_metadata import load_model_catalog
-from streamer.stopping import DRAINING, Draining, serve_until_signalled
+from streamer.stopping import DRAINING, Draining, catch_early, serve_until_signalled
 
 if TYPE_CHECKING:
     from streamer.upstream.chat.profile_probe import ProfileProbe
@@ -429,8 +429,10 @@ async def _run(app: web.Application, settings: Settings, worker: Seat | None) ->
         handler_cancellation=True,
         shutdown_timeout=SHUTDOWN_BACKSTOP,  # the grace is spent in the on_shutdown drain
     )
-    await runner.setup()
-    site = worker.site(runner) if worker else GuardedSite(runner, settings.host, settings.port)
+
+    def site() -> web.BaseSite:
+        return worker.site(runner) if worker else GuardedSite(runner, settings.host, settings.port)
+
     await serve_until_signalled(runner, site, app[DRAINING], settings.drain_seconds)
 
 
@@ -446,6 +448,7 @@ def serve(settings: Settings, worker: Seat | None = None) -> None:
         pass
     from streamer.model_routes import serving_target
 
+    catch_early()  # a SIGTERM while starting: kept, acted on once serving
     logs.configure(settings.log_level)
     print(
         f"streamer: serving http://{settings.host}:{settings.port}/v1 "

@@ -7,7 +7,9 @@ move the traffic to other instances before this one stops taking connections. Th
 listener closes and the turns in flight get `--shutdown-grace` seconds (the app's
 on_shutdown drain). SIGINT (Ctrl-C) has no window: someone at a terminal wants it to stop.
 A second signal in the window ends the window; one during the shutdown cuts it short (as
-aiohttp's own handlers do).
+aiohttp's own handlers do). One that comes while the process is starting (`catch_early`,
+before the event loop runs) is kept and acted on once it serves: a starting `--workers`
+worker that a stopping supervisor signals stops cleanly instead of dying of the signal.
 """
 
 from __future__ import annotations
@@ -16,12 +18,25 @@ import asyncio
 import contextlib
 import logging
 import signal
+from collections.abc import Callable
 
 from aiohttp import web
 
 log = logging.getLogger("streamer.stopping")
 
 SIGNALS = (signal.SIGTERM, signal.SIGINT)
+_EARLY: list[signal.Signals] = []  # signals received before `Stopping` took them over
+
+
+def _remember(signum: int, frame: object) -> None:
+    _EARLY.append(signal.Signals(signum))
+
+
+def catch_early() -> None:
+    """From now until `Stopping` takes over, SIGTERM and SIGINT are remembered, not the end
+    (their default actions) of a process that is still starting."""
+    for sig in SIGNALS:
+        signal.signal(sig, _remember)
 
 
 class Draining:
@@ -48,6 +63,8 @@ class Stopping:
         self._signals: asyncio.Queue[signal.Signals] = asyncio.Queue()
         for sig in SIGNALS:
             self._loop.add_signal_handler(sig, self._signals.put_nowait, sig)
+        while _EARLY:  # received while starting: the first is acted on once serving
+            self._signals.put_nowait(_EARLY.pop(0))
 
     async def first(self) -> signal.Signals:
         return await self._signals.get()
@@ -73,13 +90,23 @@ class Stopping:
 
 
 async def serve_until_signalled(
-    runner: web.AppRunner, site: web.BaseSite, draining: Draining, drain_seconds: float
+    runner: web.AppRunner,
+    site: Callable[[], web.BaseSite],
+    draining: Draining,
+    drain_seconds: float,
 ) -> None:
-    """Serve on `site` until SIGTERM/SIGINT, then the drain window (SIGTERM only), then
-    the runner's cleanup: the listener closes, the app's shutdown drains the turns."""
+    """Set `runner` up (the app's startup) and serve on `site()` until SIGTERM/SIGINT,
+    then the drain window (SIGTERM only), then the runner's cleanup: the listener closes,
+    the app's shutdown drains the turns. A signal during the startup is taken once it is
+    done (nothing is being served yet: there is nothing to drain)."""
     stopping = Stopping()
     try:
-        await site.start()
+        await runner.setup()
+    except BaseException:  # the startup failed: as it would have without the handlers
+        stopping.remove()
+        raise
+    try:
+        await site().start()
         first = await stopping.first()
         if first == signal.SIGTERM:
             await stopping.window(draining, drain_seconds)

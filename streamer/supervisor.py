@@ -272,6 +272,11 @@ class Supervisor:
         failed = [r for r in results if isinstance(r, BaseException)]
         for exc in failed:
             log.error("a worker could not be started: %s", exc)
+        for slot in self.slots:
+            if slot.code not in (0, None):
+                log.error(
+                    "worker %d exited (%s) as it stopped", slot.index, _exit_reason(slot.code)
+                )
         return 0 if not failed and all(s.code in (0, None) for s in self.slots) else 1
 
 

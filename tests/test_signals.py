@@ -15,12 +15,13 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
+import sys
 from pathlib import Path
 
 import aiohttp
 import pytest
-from builders import GatewayProcess, gateway_process
-from redis_server import RedisServer, requires_redis
+from builders import REPO, GatewayProcess, gateway_process
+from redis_server import RedisServer, free_port, requires_redis
 
 from streamer.config import NO_RELOAD
 
@@ -97,3 +98,29 @@ async def test_sigterm_first_fails_readyz_while_everything_else_is_served(tmp_pa
                 assert reply.headers["Connection"] == "close"
         gw.process.send_signal(signal.SIGTERM)  # a second one ends the window
         assert await gw.wait(BOUND) == 0, gw.log()
+
+
+async def test_sigterm_while_starting_stops_it_cleanly_once_started() -> None:
+    """SIGTERM as the process starts (its first line is out; the app, the store and the
+    listener are still to come): kept and acted on once it serves, exit 0, where it died
+    of the signal (a `--workers` supervisor stopping a worker it had just restarted then
+    exited 1)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("STREAMER_")}
+    env["PYTHONPATH"] = str(REPO)
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "streamer", "serve", "--port", str(free_port()),
+        cwd=REPO, env=env, stdin=asyncio.subprocess.DEVNULL,
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+    )  # fmt: skip
+    assert proc.stdout is not None and proc.stderr is not None
+    try:
+        async with asyncio.timeout(BOUND):
+            first = await proc.stdout.readline()
+            assert first.startswith(b"streamer: serving"), first
+            proc.send_signal(signal.SIGTERM)
+            code = await proc.wait()
+    finally:
+        if proc.returncode is None:
+            proc.kill()
+            await proc.wait()
+    assert code == 0, (code, await proc.stderr.read())
