@@ -429,10 +429,8 @@ async def _run(app: web.Application, settings: Settings, worker: Seat | None) ->
         handler_cancellation=True,
         shutdown_timeout=SHUTDOWN_BACKSTOP,  # the grace is spent in the on_shutdown drain
     )
-
-    def site() -> web.BaseSite:
-        return worker.site(runner) if worker else GuardedSite(runner, settings.host, settings.port)
-
+    await runner.setup()  # a SIGTERM meanwhile is kept (`catch_early`)
+    site = worker.site(runner) if worker else GuardedSite(runner, settings.host, settings.port)
     await serve_until_signalled(runner, site, app[DRAINING], settings.drain_seconds)
 
 

@@ -7,9 +7,10 @@ move the traffic to other instances before this one stops taking connections. Th
 listener closes and the turns in flight get `--shutdown-grace` seconds (the app's
 on_shutdown drain). SIGINT (Ctrl-C) has no window: someone at a terminal wants it to stop.
 A second signal in the window ends the window; one during the shutdown cuts it short (as
-aiohttp's own handlers do). One that comes while the process is starting (`catch_early`,
-before the event loop runs) is kept and acted on once it serves: a starting `--workers`
-worker that a stopping supervisor signals stops cleanly instead of dying of the signal.
+aiohttp's own handlers do). A SIGTERM that comes while the process is starting
+(`catch_early`: the app, the store, the listener) is kept and acted on once it serves: a
+starting `--workers` worker that a stopping supervisor signals stops cleanly instead of
+dying of the signal. SIGINT while starting interrupts, as ever.
 """
 
 from __future__ import annotations
@@ -18,14 +19,13 @@ import asyncio
 import contextlib
 import logging
 import signal
-from collections.abc import Callable
 
 from aiohttp import web
 
 log = logging.getLogger("streamer.stopping")
 
 SIGNALS = (signal.SIGTERM, signal.SIGINT)
-_EARLY: list[signal.Signals] = []  # signals received before `Stopping` took them over
+_EARLY: list[signal.Signals] = []  # SIGTERMs received before `Stopping` took them over
 
 
 def _remember(signum: int, frame: object) -> None:
@@ -33,10 +33,9 @@ def _remember(signum: int, frame: object) -> None:
 
 
 def catch_early() -> None:
-    """From now until `Stopping` takes over, SIGTERM and SIGINT are remembered, not the end
-    (their default actions) of a process that is still starting."""
-    for sig in SIGNALS:
-        signal.signal(sig, _remember)
+    """From now until `Stopping` takes over, SIGTERM is remembered, not the end (its default
+    action) of a process that is still starting."""
+    signal.signal(signal.SIGTERM, _remember)
 
 
 class Draining:
@@ -90,23 +89,14 @@ class Stopping:
 
 
 async def serve_until_signalled(
-    runner: web.AppRunner,
-    site: Callable[[], web.BaseSite],
-    draining: Draining,
-    drain_seconds: float,
+    runner: web.AppRunner, site: web.BaseSite, draining: Draining, drain_seconds: float
 ) -> None:
-    """Set `runner` up (the app's startup) and serve on `site()` until SIGTERM/SIGINT,
+    """Serve on `site` until SIGTERM/SIGINT (or at once after a SIGTERM while starting),
     then the drain window (SIGTERM only), then the runner's cleanup: the listener closes,
-    the app's shutdown drains the turns. A signal during the startup is taken once it is
-    done (nothing is being served yet: there is nothing to drain)."""
+    the app's shutdown drains the turns."""
     stopping = Stopping()
     try:
-        await runner.setup()
-    except BaseException:  # the startup failed: as it would have without the handlers
-        stopping.remove()
-        raise
-    try:
-        await site().start()
+        await site.start()
         first = await stopping.first()
         if first == signal.SIGTERM:
             await stopping.window(draining, drain_seconds)
