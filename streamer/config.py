@@ -169,7 +169,16 @@ SETTINGS: tuple[Setting, ...] = (
         "--max-body-bytes",
         "max_body_bytes",
         32 * 1024 * 1024,
-        "Largest request body (413 beyond).",
+        "Largest request body on the wire, compressed or not (413 beyond; a larger "
+        "Content-Length is refused from the head).",
+        int,
+    ),
+    Setting(
+        "--max-decoded-body-bytes",
+        "max_decoded_body_bytes",
+        32 * 1024 * 1024,
+        "Largest request body once its Content-Encoding is decoded, counted while it is "
+        "decoded (413 beyond): a small compressed body cannot become a large one.",
         int,
     ),
     Setting(
@@ -503,6 +512,7 @@ class Settings:
     max_tool_bytes: int = 2 * 1024 * 1024
     max_input_items: int = 10_000
     max_body_bytes: int = 32 * 1024 * 1024
+    max_decoded_body_bytes: int = 32 * 1024 * 1024
     client_header_timeout: float = 10.0
     client_body_timeout: float = 60.0
     max_client_connections: int = 0
