@@ -90,16 +90,24 @@ class Decorations:
     at startup (`add`: a worker's `X-Streamer-Worker`). aiohttp's `on_response_prepare`
     hook and the fast path's answers both take them from here."""
 
-    __slots__ = ("fixed",)
+    __slots__ = ("_lines", "fixed")
 
     def __init__(self) -> None:
         self.fixed: list[tuple[str, str]] = []
+        self._lines: bytes | None = None
 
     def add(self, name: str, value: str) -> None:
         self.fixed.append((name, value))
+        self._lines = None
 
     def fields(self, rid: str | None) -> list[tuple[str, str]]:
         return [(REQUEST_ID, rid), *self.fixed] if rid is not None else list(self.fixed)
+
+    def lines(self, rid: str) -> bytes:
+        """`fields(rid)` as header lines, for a server that writes its heads itself."""
+        if self._lines is None:
+            self._lines = "".join(f"{k}: {v}\r\n" for k, v in self.fixed).encode("latin-1")
+        return b"%b: %b\r\n%b" % (REQUEST_ID.encode(), rid.encode("ascii"), self._lines)
 
 
 class Observed:

@@ -115,9 +115,8 @@ class FastRoute:
                 now,
                 f"Date: {date}\r\nServer: {SERVER_SOFTWARE}\r\n".encode(),
             )
-        fields = "".join(f"{k}: {v}\r\n" for k, v in self.endpoint.decorations.fields(rid))
         connection = b"Connection: close\r\n" if close else b""
-        return b"%b%b%b\r\n" % (self._date, connection, fields.encode("latin-1"))
+        return b"%b%b%b\r\n" % (self._date, connection, self.endpoint.decorations.lines(rid))
 
     def sse_head(self, rid: str, close: bool) -> bytes:
         return self._sse + self._tail(rid, close)
