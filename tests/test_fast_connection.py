@@ -36,7 +36,7 @@ class Rules:
         if request.headers.get("authorization") != KEY:
             raise refused("You didn't provide an API key.")
         coding = check_coding(request.headers.get("content-encoding"))
-        request.reader = BodyReader(coding, 1 << 20, self.max_decoded).declared(request.length)
+        request.reader = BodyReader(coding, 1 << 20, self.max_decoded, request.length)
         request.who = "client"
         self.admitted.append(request)
 

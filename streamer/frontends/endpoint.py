@@ -212,7 +212,7 @@ class Endpoint:
         given), or the 415 / 413 its head already earns."""
         check_media(mime)
         taken = check_coding(coding)
-        return BodyReader(taken, self.max_body, self.max_decoded).declared(length)
+        return BodyReader(taken, self.max_body, self.max_decoded, length)
 
     async def prepare(self, body: Any, who: str | None, authorization: str | None) -> Turn:
         """Validate and lower a request for the client it acts for."""

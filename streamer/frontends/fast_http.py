@@ -270,9 +270,10 @@ class FastProtocol(asyncio.Protocol):
     def _sync(self) -> None:
         """The front door's busy mark and the body (or lingering) timer, as the state is."""
         conn = self.conn
-        if conn.busy != self.busy:
-            self.busy = conn.busy
-            if self.busy:
+        busy = conn.request is not None  # conn.busy, without a call (twice per request)
+        if busy is not self.busy:
+            self.busy = busy
+            if busy:
                 self.owner.begin()
             else:
                 self.owner.end()

@@ -97,7 +97,11 @@ class BodyReader:
 
     __slots__ = ("_decoder", "_parts", "_size", "_wire", "max_decoded", "max_wire")
 
-    def __init__(self, coding: str, max_wire: int, max_decoded: int) -> None:
+    def __init__(self, coding: str, max_wire: int, max_decoded: int, length: int | None) -> None:
+        """`length`: the head's Content-Length (None: not given); over the wire limit, the
+        413 before any byte."""
+        if length is not None and length > max_wire:
+            raise too_large(max_wire)
         self._decoder = BodyDecoder([coding]) if coding else None
         self._parts: list[bytes] = []
         self._size = 0  # decoded bytes so far
@@ -105,19 +109,15 @@ class BodyReader:
         self.max_wire = max_wire
         self.max_decoded = max_decoded
 
-    def declared(self, length: int | None) -> BodyReader:
-        """The head's Content-Length: over the wire limit, the 413 before any byte."""
-        if length is not None and length > self.max_wire:
-            raise too_large(self.max_wire)
-        return self
-
     def feed(self, data: bytes) -> None:
         self._wire += len(data)
         if self._wire > self.max_wire:
             raise too_large(self.max_wire)
         decoder = self._decoder
-        if decoder is None:
-            self._add(data)
+        if decoder is None:  # identity: the decoded bytes are these
+            if self._wire > self.max_decoded:
+                raise too_large(self.max_decoded)
+            self._parts.append(data)
             return
         try:
             for at in range(0, len(data), PIECE):
