@@ -268,8 +268,10 @@ class FastConnection:
 
     @property
     def busy(self) -> bool:
-        """A request was taken and its answer has not ended (the front door's "busy")."""
-        return self.request is not None
+        """A request was taken and its answer has not ended (the front door's "busy"). A
+        refused one is not: while its body is dropped the door may close it at its header
+        timeout, or evict it, as it does an aiohttp connection lingering after its answer."""
+        return self.request is not None and self.state is not State.DISCARDING
 
     # -- decisions -------------------------------------------------------------------------
 

@@ -270,7 +270,7 @@ class FastProtocol(asyncio.Protocol):
     def _sync(self) -> None:
         """The front door's busy mark and the body (or lingering) timer, as the state is."""
         conn = self.conn
-        busy = conn.request is not None  # conn.busy, without a call (twice per request)
+        busy = conn.request is not None and conn.state is not State.DISCARDING  # conn.busy
         if busy is not self.busy:
             self.busy = busy
             if busy:
