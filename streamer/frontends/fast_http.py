@@ -31,10 +31,11 @@ from aiohttp.http import SERVER_SOFTWARE
 from streamer.config import Settings
 from streamer.core.errors import RequestError
 from streamer.frontends.background import SSE_HEADERS
-from streamer.frontends.endpoint import Endpoint, error_answer, parse_body
+from streamer.frontends.endpoint import Endpoint, closes, error_answer, parse_body
 from streamer.frontends.fast_connection import MAX_HEAD, FastConnection, Request, State, Step
 
 PATH = "/v1/responses"  # aiohttp's canonical name of the route, in the metrics
+TRANSFER = ("Transfer-Encoding", "chunked")
 
 
 def same_parser() -> bool:
@@ -68,11 +69,6 @@ def response_head(status: int, fields: list[tuple[str, str]]) -> bytes:
     return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
 
 
-def background(body: Any) -> bool:
-    """A background turn: aiohttp serves it (its snapshot, or the stream that follows it)."""
-    return type(body) is dict and bool(body.get("background"))
-
-
 class FastRoute:
     """What the fast connections of one app share: the endpoint, and the framing."""
 
@@ -84,8 +80,8 @@ class FastRoute:
         self.closing = False
         self.stats = endpoint.gateway.stats  # /healthz shows `fast_http_requests`
         self.stats.setdefault("fast_http_requests", 0)  # answered here (the rest: aiohttp's)
-        self._sse = response_head(200, [*SSE_HEADERS.items(), ("Transfer-Encoding", "chunked")])
-        self._sse = self._sse[:-2]  # the fields shared by every stream, without the blank line
+        # the fields shared by every stream, without the blank line
+        self.sse_fields = response_head(200, [*SSE_HEADERS.items(), TRANSFER])[:-2]
         self._date_at = -1
         self._date = b""
 
@@ -106,7 +102,7 @@ class FastRoute:
         coding = headers.get("content-encoding")
         request.reader = endpoint.admit(request.mime, coding, request.length)
 
-    def _tail(self, rid: str, close: bool) -> bytes:
+    def tail(self, rid: str, close: bool) -> bytes:
         """Date, Server, Connection and the endpoint's decorations, blank line included."""
         now = int(time.time())
         if now != self._date_at:
@@ -118,9 +114,6 @@ class FastRoute:
         connection = b"Connection: close\r\n" if close else b""
         return b"%b%b%b\r\n" % (self._date, connection, self.endpoint.decorations.lines(rid))
 
-    def sse_head(self, rid: str, close: bool) -> bytes:
-        return self._sse + self._tail(rid, close)
-
     def whole(
         self, status: int, body: bytes, rid: str, close: bool, headers: dict[str, str] | None = None
     ) -> bytes:
@@ -128,7 +121,12 @@ class FastRoute:
         fields = [("Content-Type", "application/json")]
         fields.extend((k, v) for k, v in (headers or {}).items() if k.lower() != "connection")
         fields.append(("Content-Length", str(len(body))))
-        return response_head(status, fields)[:-2] + self._tail(rid, close) + body
+        return response_head(status, fields)[:-2] + self.tail(rid, close) + body
+
+    def failure(self, error: RequestError, rid: str, close: bool) -> bytes:
+        """An error answer in OpenAI's shape; `close` also if the error says so."""
+        body = orjson.dumps(error.body())
+        return self.whole(error.status, body, rid, close or closes(error), error.headers)
 
     def shutdown(self) -> None:
         """The server is stopping: idle connections close now, busy ones after their answer."""
@@ -150,8 +148,7 @@ class FastRoute:
         offered = request.headers.get("x-request-id")
         with self.endpoint.observe("POST", PATH, PATH, offered) as seen:
             seen.status = error.status
-            body = orjson.dumps(error.body())
-            conn.send_whole(self.whole(error.status, body, seen.rid, True, error.headers))
+            conn.send_whole(self.failure(error, seen.rid, True))
 
     async def serve(self, conn: FastProtocol, request: Request, body: Any) -> None:
         """One request, observed (id, metrics, access line), answered by the endpoint."""
@@ -183,10 +180,8 @@ class FastRoute:
         if reply.started:  # a stream under way cannot become an error answer: cut it
             conn.close()
             return 500
-        close = request.close or error.headers.get("Connection", "").lower() == "close"
-        body = orjson.dumps(error.body())
-        conn.send_whole(self.whole(error.status, body, rid, close, error.headers))
-        conn.close_after |= close
+        conn.send_whole(self.failure(error, rid, request.close))
+        conn.close_after |= closes(error)
         return error.status
 
 
@@ -207,7 +202,8 @@ class _Reply:
         framed = chunk(data, last)
         if not self.started:
             self.started = True
-            framed = self.route.sse_head(self.rid, self.close) + framed
+            route = self.route
+            framed = route.sse_fields + route.tail(self.rid, self.close) + framed
         if self.conn.write(framed):
             await self.conn.drain()
 
@@ -299,7 +295,7 @@ class FastProtocol(asyncio.Protocol):
             body = parse_body(request.body)
         except RequestError as exc:
             body = exc
-        if background(body):
+        if type(body) is dict and body.get("background"):  # aiohttp's: its snapshot, its follow
             self._give(self.conn.hand_over())
             return
         request.body, request.reads = b"", []  # parsed, and served here: neither is needed
