@@ -6,12 +6,12 @@ STAMP := $(VENV)/.installed
 HOST ?= 127.0.0.1
 PORT ?= 8080
 
-.PHONY: run test test-backends compliance llamacpp lint format install codex aisdk redis bench bench-quick soak fuzz clean
+.PHONY: lock run test test-backends compliance llamacpp lint format install codex aisdk agentsjs redis bench bench-quick soak fuzz clean
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml requirements.lock
 	$(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
-	$(BIN)/pip install -q -e '.[test]'
+	$(BIN)/pip install -q -c requirements.lock -e '.[test]'
 	touch $(STAMP)
 
 install: $(STAMP)
@@ -49,6 +49,9 @@ codex:
 aisdk:
 	bash scripts/install-aisdk.sh
 
+agentsjs:
+	bash scripts/install-agentsjs.sh
+
 llamacpp:
 	bash scripts/build-llamacpp.sh
 
@@ -70,6 +73,10 @@ soak: $(STAMP)
 
 fuzz: $(STAMP)
 	STREAMER_FUZZ_EXAMPLES=$${STREAMER_FUZZ_EXAMPLES:-5000} $(BIN)/pytest -q -m slow -k fuzz tests
+
+## Regenerate requirements.lock after a dependency change in pyproject.toml.
+lock:
+	bash scripts/lock.sh
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache .hypothesis

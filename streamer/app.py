@@ -7,13 +7,14 @@ import contextlib
 import gc
 import logging
 import os
+import resource
 import signal
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from aiohttp import web
 
-from streamer import logs
+from streamer import fd_budget, logs
 from streamer.config import Settings
 from streamer.frontends.api_keys import ApiKeys
 from streamer.frontends.endpoint import Decorations, Endpoint
@@ -38,6 +39,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("streamer.app")
 
 SETTINGS = web.AppKey("settings", Settings)
+FD_BUDGET = web.AppKey("fd_budget", fd_budget.FdBudget)
 
 SCRIPTED_RUNNER = web.AppKey("scripted_runner", web.AppRunner)
 PROFILE_PROBE: web.AppKey[ProfileProbe] = web.AppKey("profile_probe")
@@ -59,13 +61,15 @@ RELOADS = web.AppKey("reloads", Reloads)
 
 async def _start(app: web.Application) -> None:
     from streamer.frontends.background import Background
-    from streamer.gateway import turn_options
+    from streamer.frontends.background_caps import TurnCaps
     from streamer.model_routes import build_router, load_config
+    from streamer.options import turn_options
     from streamer.store import open_store
     from streamer.store.observed import observe_store
+    from streamer.upstream.http1.connection_limit import OpenConnections
     from streamer.upstream.registry import UpstreamRegistry
 
-    settings = app[SETTINGS]
+    settings, budget = app[SETTINGS], app[FD_BUDGET]
     base_url = settings.upstream
     if not base_url and not settings.config:
         from streamer.scripted_model import start_scripted_model
@@ -75,7 +79,8 @@ async def _start(app: web.Application) -> None:
         log.warning("no --upstream: serving the embedded scripted model at %s", base_url)
     options = turn_options(settings)
     secrets = (settings.upstream_api_key, *settings.client_keys())
-    router = build_router(settings, load_config(settings, base_url), options, secrets)
+    config = load_config(settings, base_url)
+    router = build_router(settings, config, options, secrets, OpenConnections(budget.backend))
     store = open_store(
         settings.store, ttl_seconds=settings.store_ttl, timeout=settings.store_timeout
     )
@@ -83,6 +88,7 @@ async def _start(app: web.Application) -> None:
         store,
         store_wait=settings.background_store_wait,
         cancel_wait=settings.background_cancel_wait,
+        caps=TurnCaps(budget.background, budget.background_per_client),
     )
     upstreams = UpstreamRegistry(router)
     gateway = Gateway(settings, upstreams, store, background, options=options)
@@ -198,17 +204,27 @@ def check_settings(settings: Settings) -> None:
     from streamer.supervisor import check_workers
 
     check_workers(settings)
-    if settings.upstream_api not in ("chat", "responses"):
-        raise ValueError(f"--upstream-api must be chat or responses, not {settings.upstream_api!r}")
-    if settings.upstream_api != "chat" and not (settings.upstream or settings.config):
-        raise ValueError("--upstream-api responses needs --upstream (the embedded model is Chat)")
+    from streamer.upstream.kinds import KINDS
+
+    kind = KINDS.get(settings.upstream_api)
+    if kind is None:
+        names = " or ".join(KINDS)
+        raise ValueError(f"--upstream-api must be {names}, not {settings.upstream_api!r}")
+    if not kind.embedded and not (settings.upstream or settings.config):
+        raise ValueError(
+            f"--upstream-api {kind.name} needs --upstream (the embedded model is Chat)"
+        )
 
 
 def create_app(settings: Settings) -> web.Application:
     from streamer.frontends import conversations, http, input_tokens, retrieval, websocket
 
     check_settings(settings)
-    front = FrontDoor(settings.max_client_connections, settings.client_header_timeout)
+    budget = fd_budget.for_settings(settings, open_file_limit())
+    if budget.over:
+        log.warning("the caps ask for more descriptors than the limit has: %s", budget.describe())
+    log.info("fd budget: %s", budget.describe())
+    front = FrontDoor(budget.clients, settings.client_header_timeout)
     middlewares: list = [door_middleware(front), observe_middleware, errors_middleware]
     if settings.client_keys() or settings.forward_authorization:
         middlewares.append(auth_middleware(metrics=settings.metrics_auth))
@@ -226,6 +242,7 @@ def create_app(settings: Settings) -> web.Application:
         },
     )
     app[SETTINGS] = settings
+    app[FD_BUDGET] = budget
     app[FRONT_DOOR] = front
     app[DECORATIONS] = Decorations()
     app.on_response_prepare.append(decorate)
@@ -249,6 +266,17 @@ async def _close_door(app: web.Application) -> None:
     fast = app.get(FAST_ROUTE)
     if fast is not None:
         fast.close()
+
+
+def open_file_limit(*, raise_soft: bool = False) -> int:
+    """RLIMIT_NOFILE's soft limit, which the fd budget shares out; `raise_soft`: first
+    raised to the hard limit, as servers do (the hard one is the administrator's)."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if raise_soft and soft != hard:
+        with contextlib.suppress(ValueError, OSError):  # e.g. an infinite hard limit
+            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+            soft = hard
+    return soft if soft != resource.RLIM_INFINITY else 1 << 20
 
 
 async def _freeze_startup_objects(app: web.Application) -> None:
@@ -289,12 +317,15 @@ def serve(settings: Settings, worker: Seat | None = None) -> None:
         new_loop = uvloop.new_event_loop
     except ImportError:  # pragma: no cover - uvloop is a dependency on Linux
         pass
+    from streamer.model_routes import serving_target
+
     logs.configure(settings.log_level)
     print(
         f"streamer: serving http://{settings.host}:{settings.port}/v1 "
-        f"-> {settings.upstream or 'embedded scripted model'} (pid {os.getpid()})",
+        f"-> {serving_target(settings)} (pid {os.getpid()})",
         flush=True,
     )
+    open_file_limit(raise_soft=True)  # before create_app shares it out
     app = create_app(settings)
     if worker is not None:
         worker.attach(app, app[DECORATIONS])

@@ -7,7 +7,10 @@ import asyncio
 import sys
 from collections.abc import Sequence
 
+from streamer import __version__
 from streamer.config import add_arguments, settings_from
+
+DISTRIBUTION = "streamer-gateway"  # the name on PyPI; the import name stays `streamer`
 
 
 def build_parser(command: str | None = None) -> argparse.ArgumentParser:
@@ -18,8 +21,11 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
         description="An OpenAI Responses gateway with namespace tools.",
         allow_abbrev=False,  # `--upstream-api` must never be read as `--upstream-api-key`
     )
+    version = f"{DISTRIBUTION} {__version__}"
+    parser.add_argument("--version", action="version", version=version)
     commands = parser.add_subparsers(dest="command", required=True)
     serve = commands.add_parser("serve", help="run the gateway", allow_abbrev=False)
+    serve.add_argument("--version", action="version", version=version)
     add_arguments(serve)
     if command == "serve":  # the others by name only, for the same usage line
         for name in ("codex", "tap", "replay"):

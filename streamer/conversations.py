@@ -19,6 +19,7 @@ from typing import Any
 
 from streamer.core.errors import RequestError, invalid
 from streamer.core.input_items import normalize_input
+from streamer.core.request_checks import check_metadata as check_metadata_bounds
 from streamer.core.response import new_id
 from streamer.records import public_input_item
 from streamer.store import ResponseStore, StoredResponse, StoreUnavailable, with_item_ids
@@ -75,6 +76,7 @@ def check_metadata(value: Any) -> dict[str, str]:
         return {}
     if not isinstance(value, dict) or not all(isinstance(v, str) for v in value.values()):
         raise invalid("Invalid 'metadata': expected an object of strings.", "metadata")
+    check_metadata_bounds(value)  # a Response's bounds: 16 pairs, 64-character keys, 512 values
     return value
 
 

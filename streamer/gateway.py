@@ -15,24 +15,20 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from streamer import conversations
-from streamer.backend_api import backend_api
 from streamer.config import Settings
 from streamer.core import item_references
 from streamer.core.errors import RequestError, invalid, shutting_down
 from streamer.core.events import Event
-from streamer.core.tools import NamingConfig
 from streamer.identity import request_client
 from streamer.metrics import Metrics
 from streamer.observe import Observation, open_recording
+from streamer.options import turn_options
 from streamer.pipeline import Sink, Turn, TurnEvents, TurnOptions, prepare
 from streamer.quiet_trim import QuietTrim, malloc_trim
 from streamer.recorder import TapDirectory
 from streamer.records import stored
-from streamer.sealing import EPHEMERAL_KEY, Sealer, load_sealer
 from streamer.store import ResponseStore, StoreUnavailable
-from streamer.upstream.chat.profiles import BackendProfile, lowering_options, resolve
 from streamer.upstream.registry import UpstreamRegistry
-from streamer.upstream.responses.profiles import backend_tools
 
 if TYPE_CHECKING:
     from streamer.frontends.background import Background
@@ -40,61 +36,6 @@ if TYPE_CHECKING:
 log = logging.getLogger("streamer.gateway")
 
 SHUT_DOWN = "The gateway shut down before the response finished; retry the request."
-
-
-def backend_profile(settings: Settings) -> BackendProfile:
-    """`--backend-profile` with each of its settings' own flags laid over it."""
-    return resolve(
-        settings.backend_profile,
-        system_messages=settings.system_messages,
-        tool_choice_object=settings.tool_choice_object,
-        required_choice=settings.tool_choice_required,
-        reasoning_efforts=settings.reasoning_efforts,
-        max_tokens_field=settings.max_tokens_field,
-        drop_params=settings.drop_params,
-        file_parts=settings.file_parts,
-        # --replay-reasoning off (deprecated) still means off
-        reasoning_replay=settings.reasoning_replay if settings.replay_reasoning else "off",
-        accepts=settings.backend_accepts,
-    )
-
-
-def turn_options(settings: Settings) -> TurnOptions:
-    if settings.tool_name_style not in ("codex", "double-underscore", "llamacpp", "dotted"):
-        raise ValueError(f"unknown tool name style {settings.tool_name_style!r}")
-    for flag, value in (
-        ("--max-output-bytes", settings.max_output_bytes),
-        ("--max-output-items", settings.max_output_items),
-        ("--max-turn-seconds", settings.max_turn_seconds),
-        ("--max-backend-json-bytes", settings.max_backend_json_bytes),
-    ):
-        if not value > 0:  # 0 would refuse every turn, not lift the limit: say so now
-            raise ValueError(f"{flag} must be positive (got {value!r})")
-    return TurnOptions(
-        naming=NamingConfig(
-            style=settings.tool_name_style,  # type: ignore[arg-type]
-            max_name_length=settings.max_tool_name_length,
-            max_tools=settings.max_tools,
-            max_tool_bytes=settings.max_tool_bytes,
-        ),
-        lowering=lowering_options(backend_profile(settings), model=settings.model),
-        max_input_items=settings.max_input_items,
-        max_output_bytes=settings.max_output_bytes,
-        max_output_items=settings.max_output_items,
-        max_turn_seconds=settings.max_turn_seconds,
-        sealer=state_sealer(settings.state_key_file, settings.shared_state_key),
-        api=backend_api(settings.upstream_api, backend_tools(settings.backend_profile)),
-    )
-
-
-def state_sealer(path: str | None, shared: bytes | None = None) -> Sealer:
-    """The sealer of `--state-key-file`, else of the key a `--workers` supervisor shares
-    among its workers; without either a random key (the log says so, at startup and when
-    it first seals something)."""
-    sealer = Sealer.from_secret(shared) if shared and not path else load_sealer(path)
-    if sealer.ephemeral:
-        log.info("no --state-key-file: %s", EPHEMERAL_KEY)
-    return sealer
 
 
 def previous_not_found(response_id: str) -> RequestError:
@@ -238,13 +179,9 @@ class Gateway:
             conversation, body, history = await self.conversation(body, history, client)
         if isinstance(body, dict) and item_references.referenced_ids(body.get("input")):
             body = {**body, "input": await self.references(body["input"], history, client)}
-        # a configured model's own options; the single-backend flags' are the gateway's
-        options = self.options if plan.route.spec.name is None else plan.route.options
-        turn = prepare(body, options, history=history)
+        turn = prepare(body, plan.route.options.turn, history=history, client=client or "")
         self.upstreams.bind(turn, plan, session)
         turn.conversation, turn.new_from = conversation, len(history)
-        if client is not None:
-            turn.client = client
         if authorization and self.settings.forward_authorization:
             turn.headers["Authorization"] = authorization
         return turn

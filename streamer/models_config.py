@@ -11,11 +11,13 @@ from __future__ import annotations
 
 import re
 import tomllib
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NoReturn
 
-APIS = ("chat", "responses")
+Knobs = Mapping[str, Callable[[Any], Any]]
+"""The settings a model may set for itself, each with its check (a ValueError says why not)."""
+
 TOOL_NAME_STYLES = ("codex", "double-underscore", "llamacpp", "dotted")
 MODALITIES = ("text", "image")
 TOP_KEYS = ("default_model", "models")
@@ -39,11 +41,13 @@ class ModelSpec:
     api_key_env: str | None = None
     tool_name_style: str | None = None  # None: --tool-name-style
     context_window: int | None = None
+    max_output_tokens: int | None = None  # `max_tokens` when a request gives none (Anthropic)
     input_modalities: tuple[str, ...] | None = None
     supports_tools: bool = True
     supports_reasoning: bool = True
     max_concurrency: int = 0  # 0: no limit
     fallbacks: tuple[str, ...] = ()
+    settings: tuple[tuple[str, Any], ...] = ()  # its own values of gateway settings (knobs)
 
     @property
     def label(self) -> str:
@@ -73,12 +77,23 @@ class ModelsConfig:
         return spec
 
 
-def single(upstream: str, *, api_key: str | None, model: str | None) -> ModelsConfig:
-    """The single-backend flags as a config: one catch-all model on one upstream."""
-    return ModelsConfig((ModelSpec(None, (upstream,), api_key=api_key, backend_model=model),))
+def single(
+    upstream: str, *, api_key: str | None, model: str | None, api: str = "chat"
+) -> ModelsConfig:
+    """The single-backend flags as a config: one catch-all model on one upstream, of the
+    kind `api` (`--upstream-api`)."""
+    spec = ModelSpec(None, (upstream,), api=api, api_key=api_key, backend_model=model)
+    return ModelsConfig((spec,))
 
 
-def load(path: str, env: Mapping[str, str], profiles: tuple[str, ...]) -> ModelsConfig:
+def load(
+    path: str,
+    env: Mapping[str, str],
+    profiles: tuple[str, ...],
+    apis: tuple[str, ...],
+    *,
+    knobs: Knobs | None = None,
+) -> ModelsConfig:
     """Read and check the file at `path` (a `ConfigError` if it cannot be served)."""
     try:
         with open(path, "rb") as f:
@@ -89,12 +104,20 @@ def load(path: str, env: Mapping[str, str], profiles: tuple[str, ...]) -> Models
         text = raw.decode()
     except UnicodeDecodeError:
         raise ConfigError(f"{path}: not UTF-8 text") from None
-    return parse(text, path, env, profiles)
+    return parse(text, path, env, profiles, apis, knobs=knobs)
 
 
 def parse(
-    text: str, source: str, env: Mapping[str, str], profiles: tuple[str, ...]
+    text: str,
+    source: str,
+    env: Mapping[str, str],
+    profiles: tuple[str, ...],
+    apis: tuple[str, ...],
+    *,
+    knobs: Knobs | None = None,
 ) -> ModelsConfig:
+    """Check `text` (the file at `source`); `profiles` and `apis` are the backend profiles
+    and kinds there are, `knobs` the settings a model may set for itself."""
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
@@ -104,7 +127,7 @@ def parse(
         raise ConfigError(
             f"{source}:{found[1]}: {str(exc)[: found.start()]} ({found[0][5:-1]})"
         ) from None
-    checker = _Checker(text, source, env, profiles)
+    checker = _Checker(text, source, env, profiles, apis, knobs or {})
     for key in data:
         if key not in TOP_KEYS:
             checker.fail(None, key, f"unknown key {key!r} (known: {', '.join(TOP_KEYS)})")
@@ -129,12 +152,13 @@ _KEYS: dict[str, str] = {
     "name": "a string",
     "aliases": "an array of strings",
     "upstreams": "an array of http:// or https:// URLs",
-    "api": "one of " + ", ".join(APIS),
+    "api": "one of {apis}",
     "backend_model": "a string",
     "profile": "a backend profile",
     "api_key_env": "the name of an environment variable",
     "tool_name_style": "one of " + ", ".join(TOOL_NAME_STYLES),
     "context_window": "a positive integer",
+    "max_output_tokens": "a positive integer",
     "input_modalities": "an array of " + ", ".join(MODALITIES),
     "supports_tools": "a boolean",
     "supports_reasoning": "a boolean",
@@ -147,12 +171,20 @@ class _Checker:
     """Checks values and says where they are in the text."""
 
     def __init__(
-        self, text: str, source: str, env: Mapping[str, str], profiles: tuple[str, ...]
+        self,
+        text: str,
+        source: str,
+        env: Mapping[str, str],
+        profiles: tuple[str, ...],
+        apis: tuple[str, ...],
+        knobs: Knobs,
     ) -> None:
         self.lines = text.splitlines()
         self.source = source
         self.env = env
         self.profiles = profiles
+        self.apis = apis
+        self.knobs = knobs
 
     def line_of(self, index: int | None, key: str) -> int | None:
         """The line of `key` in the `index`-th [[models]] block (None: the top level)."""
@@ -168,7 +200,7 @@ class _Checker:
                 return number
         return self.line_of(index, "") if key and index is not None else None
 
-    def fail(self, index: int | None, key: str, what: str) -> Any:
+    def fail(self, index: int | None, key: str, what: str) -> NoReturn:
         line = self.line_of(index, key)
         where = f"{self.source}:{line}" if line else self.source
         name = key if index is None else f"models[{index}].{key}"
@@ -176,12 +208,12 @@ class _Checker:
 
     def model(self, index: int, entry: dict[str, Any]) -> ModelSpec:
         for key in entry:
-            if key not in _KEYS:
+            if key not in _KEYS and key not in self.knobs:
                 self.fail(index, key, f"unknown key {key!r}")
         get = _Getter(self, index, entry)
         if "name" not in entry:
             self.fail(index, "name", "missing (every model needs a name)")
-        api = get.choice("api", APIS) or "chat"
+        api = get.choice("api", self.apis) or "chat"
         key_env = get.string("api_key_env")
         if key_env is not None and key_env not in self.env:
             self.fail(index, "api_key_env", f"the environment variable {key_env} is not set")
@@ -198,12 +230,22 @@ class _Checker:
             api_key_env=key_env,
             tool_name_style=style,
             context_window=get.positive("context_window"),
+            max_output_tokens=get.positive("max_output_tokens"),
             input_modalities=modalities,
             supports_tools=get.flag("supports_tools"),
             supports_reasoning=get.flag("supports_reasoning"),
             max_concurrency=get.positive("max_concurrency") or 0,
             fallbacks=get.strings("fallbacks") or (),
+            settings=tuple(self.knob(index, k, v) for k, v in entry.items() if k in self.knobs),
         )
+
+    def knob(self, index: int, key: str, value: Any) -> tuple[str, Any]:
+        """A gateway setting the model sets for itself, checked as the setting is."""
+        try:
+            return key, self.knobs[key](value)
+        except ValueError as exc:
+            got = f"; got {value!r}" if len(repr(value)) < 80 else ""
+            self.fail(index, key, f"{exc}{got}")
 
     def cross(self, config: ModelsConfig) -> None:
         """Names unique, fallbacks and the default known."""
@@ -238,7 +280,8 @@ class _Getter:
             if not isinstance(value, dict | list) or len(repr(value)) < 80
             else ""
         )
-        self.checker.fail(self.index, key, f"expected {_KEYS[key]}{detail}{got}")
+        what = _KEYS[key].format(apis=", ".join(self.checker.apis))
+        self.checker.fail(self.index, key, f"expected {what}{detail}{got}")
 
     def string(self, key: str) -> str | None:
         value = self.entry.get(key)

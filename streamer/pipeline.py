@@ -19,7 +19,6 @@ from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, 
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from streamer.backend_api import CHAT, BackendApi
 from streamer.compaction import (
     BACKEND_FIELD,
     REASONING_FIELD,
@@ -43,7 +42,9 @@ from streamer.core.truncation import CONTEXT_OVERFLOW, keep_share, truncate
 from streamer.recorder import ExchangeRecorder
 from streamer.sealing import REASONING_INCLUDE, Sealer
 from streamer.upstream.batch import Batch
+from streamer.upstream.chat.kind import CHAT
 from streamer.upstream.first_call import first_calls
+from streamer.upstream.kind import BackendKind
 
 log = logging.getLogger("streamer.pipeline")
 
@@ -106,7 +107,7 @@ class TurnOptions:
     max_output_items: int = 2048
     max_turn_seconds: float = 3600.0
     sealer: Sealer = field(default_factory=Sealer.random)  # encrypted_content (--state-key-file)
-    api: BackendApi = CHAT  # what the backend speaks (--upstream-api): its lowering
+    kind: BackendKind = CHAT  # what the backend speaks (--upstream-api): its lowering
 
 
 @dataclass(slots=True)
@@ -130,7 +131,7 @@ class Turn:
     conversation: str | None = None  # the conversation this turn extends at its end
     new_from: int = 0  # where the request's own items start in `items` (after any history)
     route: object | None = None  # the model and affinity it is routed by (upstream/registry.py)
-    api: BackendApi = CHAT  # the backend's API: how a truncated retry is lowered again
+    kind: BackendKind = CHAT  # the backend's kind: how a truncated retry is lowered again
 
     @property
     def response(self) -> dict[str, Any]:
@@ -143,8 +144,10 @@ def prepare(
     *,
     history: Sequence[dict[str, Any]] = (),
     response_id: str | None = None,
+    client: str = "",
 ) -> Turn:
-    """Validate and lower one request. `history` is the continued response's input+output."""
+    """Validate and lower one request. `history` is the continued response's input+output;
+    `client` who asks (streamer.identity): its sealed items open only for it."""
     validate_request(request, model_required=options.lowering.model is None)
     # null means "not given" in OpenAI's API: the Response echoes the default, never null
     request = {k: v for k, v in request.items() if v is not None}
@@ -155,24 +158,25 @@ def prepare(
         raise invalid(
             f"Too many input items: {len(items)} (at most {options.max_input_items}).", "input"
         )
-    view = restore_sealed(items, options.sealer, offset=len(history))  # opened, or a 400
+    view = restore_sealed(items, options.sealer, offset=len(history), owner=client)  # or a 400
     names = ResponsesToolNames.convert(request.get("tools"), view, config=options.naming)
     compactor = None
     if is_compaction(new_items):
-        backend_request = options.api.compaction(request, view, names, options.lowering)
-        compactor = Compactor(options.sealer, last_user_request(items), options.max_output_bytes)
+        backend_request = options.kind.compaction(request, view, names, options.lowering)
+        last = last_user_request(items)
+        compactor = Compactor(options.sealer, last, options.max_output_bytes, client)
     else:
-        backend_request = options.api.lower(request, view, names, options.lowering)
+        backend_request = options.kind.lower(request, view, names, options.lowering)
     response = new_response(request, response_id=response_id)
     echo_applied(response, backend_request)
     limits = OutputLimits(options.max_output_bytes, options.max_output_items)
-    prompt = {k: backend_request[k] for k in options.api.prompt_keys if k in backend_request}
+    prompt = {k: backend_request[k] for k in options.kind.prompt_keys if k in backend_request}
     streamer = OutputItemStreamer(
         names,
         response,
         limits=limits,
         prompt=prompt,
-        seal_reasoning=_reasoning_sealer(request, options),
+        seal_reasoning=_reasoning_sealer(request, options, client),
     )
     return Turn(
         request,
@@ -180,16 +184,17 @@ def prepare(
         names,
         backend_request,
         streamer,
+        client=client,
         max_seconds=options.max_turn_seconds,
         compactor=compactor,
         lowering=options.lowering,
         view=view,
-        api=options.api,
+        kind=options.kind,
     )
 
 
 def _reasoning_sealer(
-    request: dict[str, Any], options: TurnOptions
+    request: dict[str, Any], options: TurnOptions, owner: str
 ) -> Callable[[str, str | None], str] | None:
     """Reasoning items carry their text sealed when the client asks for it (with a
     Responses backend's own blob, when it sent one)."""
@@ -200,7 +205,7 @@ def _reasoning_sealer(
 
     def seal(text: str, backend: str | None) -> str:
         extra = {BACKEND_FIELD: backend} if backend else None
-        return sealer.seal("reasoning", REASONING_FIELD, text, extra)
+        return sealer.seal("reasoning", REASONING_FIELD, text, extra, owner=owner)
 
     return seal
 
@@ -284,7 +289,7 @@ def _truncated(turn: Turn, exc: RequestError) -> dict[str, Any] | None:
         len(kept),
         len(items),
     )
-    return turn.api.lower(turn.request, kept, turn.names, turn.lowering)
+    return turn.kind.lower(turn.request, kept, turn.names, turn.lowering)
 
 
 async def _open_once(
@@ -474,7 +479,7 @@ def _failed(turn: Turn, exc: Exception, clock: TurnClock) -> list[Event]:
     if isinstance(exc, TurnTimeout):
         return streamer.fail("turn_timeout", _timed_out(turn, clock))
     if isinstance(exc, RequestError):
-        return streamer.fail(exc.code or "server_error", exc.message)
+        return streamer.fail(exc.code or "server_error", exc.message, exc.type)
     # A bug must still end the stream well-formed, never as a torn connection.
     log.error("turn %s failed", turn.response["id"], exc_info=exc)
     return streamer.fail("server_error", "The gateway failed while streaming the response.")

@@ -39,12 +39,21 @@ class ExchangeRecorder:
         fields["t"] = round(time.monotonic() - self._start, 6)
         fields["kind"] = kind
         try:
-            self._file.write(orjson.dumps(fields) + b"\n")
+            line = orjson.dumps(fields)
+        except orjson.JSONEncodeError as exc:  # nested too deep for the serialiser, say
+            line = orjson.dumps({"t": fields["t"], "kind": kind, "unrecorded": str(exc)})
+        try:
+            self._file.write(line + b"\n")
         except OSError:
             self._file = None  # a full disk must not break the client's stream
 
-    def client_request(self, body: Any) -> None:
-        self._line("client_request", body=body)
+    def client_request(self, body: Any, owner: str = "") -> None:
+        """The request; `owner`: the digest of the client's key (a replay opens its sealed
+        items as that client), left out for the anonymous client."""
+        if owner:
+            self._line("client_request", body=body, owner=owner)
+        else:
+            self._line("client_request", body=body)
 
     def backend_request(self, body: Any) -> None:
         self._line("backend_request", body=body)

@@ -10,6 +10,7 @@ import contextlib
 import heapq
 import itertools
 import os
+import resource
 import signal
 import socket
 import sys
@@ -171,14 +172,19 @@ def _read(path: Path) -> str:
 
 @contextlib.asynccontextmanager
 async def gateway_process(
-    log_path: Path, *args: str, env: dict[str, str] | None = None, graceful: bool = False
+    log_path: Path,
+    *args: str,
+    env: dict[str, str] | None = None,
+    graceful: bool = False,
+    nofile: int | tuple[int, int] | None = None,
 ) -> AsyncIterator[GatewayProcess]:
     """`python -m streamer serve *args`, ready (/healthz answers) until the block ends.
 
     The process sees no STREAMER_* variable but those in `env`. A free `--port` is added
     unless the arguments or `env` name one; `--host` is never added (the default is
     loopback). At the end a running process is killed, or with `graceful` sent SIGTERM
-    first (so what it writes while shutting down is in its log too).
+    first (so what it writes while shutting down is in its log too). `nofile`: its open-file
+    limit, soft and hard (as `prlimit --nofile=N:N`), or a (soft, hard) pair.
     """
     environ = {k: v for k, v in os.environ.items() if not k.startswith("STREAMER_")}
     environ.update(env or {})
@@ -199,6 +205,7 @@ async def gateway_process(
         proc = await asyncio.create_subprocess_exec(
             sys.executable, "-m", "streamer", "serve", *argv,
             cwd=REPO, env=environ, stdin=asyncio.subprocess.DEVNULL, stdout=out, stderr=err,
+            preexec_fn=None if nofile is None else _open_files(nofile),
         )  # fmt: skip
     gateway = GatewayProcess(proc, port, log_path, host)
     try:
@@ -206,6 +213,16 @@ async def gateway_process(
         yield gateway
     finally:
         await _stop(proc, graceful)
+
+
+def _open_files(limit: int | tuple[int, int]) -> Callable[[], None]:
+    """A preexec_fn that sets the child's RLIMIT_NOFILE to `limit` (soft and hard)."""
+    soft, hard = limit if isinstance(limit, tuple) else (limit, limit)
+
+    def preexec() -> None:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+
+    return preexec
 
 
 async def _until_healthy(gateway: GatewayProcess) -> None:

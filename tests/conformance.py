@@ -6,7 +6,7 @@ against the OpenAI SDK's models (tests/sdk_models.py), and against the Open Resp
 OpenAPI document (tests/fixtures/spec/openresponses.json) with
 jsonschema. Where OpenAI's form differs from the spec and clients need OpenAI's, the spec
 check allows exactly that difference; every such deviation is a row of `DEVIATIONS` (and
-of the README's "Open Responses conformance"), nothing else is let through.
+of docs/conformance.md's table), nothing else is let through.
 
 `Collector` is what tests/conftest.py installs around every test: it records each Response,
 event, and error the gateway produces in-process and checks them at the test's end.
@@ -47,8 +47,9 @@ DEVIATIONS: dict[str, str] = {
     "spec has no schema for them; checked by the SDK only",
     "events.foreign": "event types the gateway does not make, streamed by a Responses backend "
     "(a hosted call's progress such as response.web_search_call.searching, a vendor's own), "
-    "pass through in stream order with the gateway's sequence_number; hosted progress events "
-    "are checked by the SDK only",
+    "pass through in stream order with the gateway's sequence_number, item_id and "
+    "output_index, after their item's output_item.added; hosted progress events are checked "
+    "by the SDK only",
     "events.reasoning_text": "OpenAI names the reasoning text events "
     "response.reasoning_text.delta/done (the spec: response.reasoning.delta/done); Codex and "
     "the SDK read only OpenAI's names",
@@ -236,7 +237,21 @@ def _sdk_view(response: dict[str, Any]) -> dict[str, Any]:
 
 def check_response(response: dict[str, Any], where: str = "response") -> list[str]:
     errors = _sdk(validate_response, _sdk_view(response), where)
-    return errors + _errors("ResponseResource", _spec_view(response), where)
+    return (
+        errors
+        + _errors("ResponseResource", _spec_view(response), where)
+        + _error_type(response, where)
+    )
+
+
+def _error_type(response: dict[str, Any], where: str) -> list[str]:
+    """A failed Response's `error` carries a string `type` beside `code` and `message`: the
+    spec and the OpenAI SDK need only those two, the Vercel AI SDK all three (it rejects the
+    whole Response otherwise: "Invalid JSON response")."""
+    error = response.get("error")
+    if isinstance(error, dict) and not isinstance(error.get("type"), str):
+        return [f"{where}: error without a string type: {error!r:.200}"]
+    return []
 
 
 def _is_hosted_progress(kind: Any) -> bool:

@@ -344,7 +344,7 @@ def test_every_profile_is_a_row_and_flags_lay_over_it() -> None:
 
     assert set(PROFILES) == {
         *("vllm", "sglang", "llamacpp", "ollama", "lmstudio", "deepseek", "kimi", "glm"),
-        *("openrouter", "openai", "generic"),
+        *("openrouter", "openai", "generic", "anthropic", "litellm"),
     }
     generic = resolve("generic")
     assert (generic.tool_choice_object, generic.system_messages, generic.drop) == (
@@ -352,7 +352,7 @@ def test_every_profile_is_a_row_and_flags_lay_over_it() -> None:
         "merge",
         frozenset({"user"}),
     )
-    over = resolve("openai", system_messages="merge", drop_params="", reasoning_efforts="any")
+    over = resolve("openai", system_messages="merge", drop="", efforts="any")  # fields by name
     assert (over.system_messages, over.drop, over.efforts) == ("merge", frozenset(), None)
     for bad in ({"name": "nope"}, {"name": "generic", "system_messages": "first"}):
         with pytest.raises(ValueError):

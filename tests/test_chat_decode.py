@@ -181,7 +181,7 @@ def test_usage_with_nulls_and_other_cache_write_names() -> None:
 def test_error_payloads() -> None:
     assert feed(
         orjson.dumps({"error": {"message": "out of memory", "type": "server_error", "code": "oom"}})
-    ) == [UpstreamError("oom", "out of memory")]
+    ) == [UpstreamError("oom", "out of memory", "server_error")]
     assert feed(
         orjson.dumps({"error": {"message": "bad", "type": "BadRequestError", "code": 400}})
     ) == [UpstreamError("BadRequestError", "bad")]

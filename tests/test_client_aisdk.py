@@ -311,7 +311,9 @@ async def test_image_and_pdf(gw: GatewayHarness) -> None:
 
 
 async def test_reasoning_summary(gw: GatewayHarness) -> None:
-    """`reasoningSummary: "auto"`: the SDK shows the backend's reasoning as it streams."""
+    """`reasoningSummary: "auto"` in front of a Chat backend: its reasoning is raw reasoning,
+    the item's content, which the SDK does not show (as against vLLM's own /v1/responses);
+    no summary is made up of it. (A backend's summaries: test_reasoning_summary_parts_...)"""
     gw.backend.script(
         [*reasoning_chunks(["Deep ", "thought."]), *text_chunks(["Done."]), finish(), DONE]
     )
@@ -319,8 +321,8 @@ async def test_reasoning_summary(gw: GatewayHarness) -> None:
 
     assert result["text"] == "Done."
     assert gw.backend.requests[0]["reasoning_effort"] == "low"
-    assert "".join(result["deltas"]) == "Deep thought."
-    assert result["reasoning"] == "Deep thought."
+    assert result["deltas"] == []
+    assert not result["reasoning"]
 
 
 async def test_abort_mid_answer(gw: GatewayHarness) -> None:
@@ -382,3 +384,53 @@ async def test_apply_patch_tool(gw: GatewayHarness) -> None:
     (replayed,) = req2["messages"][1]["tool_calls"]
     assert json.loads(replayed["function"]["arguments"]) == operation
     assert req2["messages"][2]["content"] == "Created hello.txt"
+
+
+# -- issue 30: what a backend sends reaches the SDK whole ---------------------------------
+
+RECORDINGS = Path(__file__).resolve().parent / "fixtures" / "backends"
+SUMMARY = ["First part.", "**Check** the second."]
+
+
+def _responses_gateway() -> GatewayHarness:
+    """The gateway in front of a `/v1/responses` backend that answers like OpenAI."""
+    from scripted_responses_backend import ScriptedResponsesBackend
+
+    backend = ScriptedResponsesBackend(personality="openai")
+    return GatewayHarness(backend=backend, upstream_api="responses", backend_profile="openai")
+
+
+async def test_reasoning_summary_parts_are_not_doubled() -> None:
+    """A backend's two summary parts and its raw reasoning: `reasoningText` is the summary,
+    each part once and its own, the raw reasoning not in it (it was both, run together)."""
+    recording = (RECORDINGS / "responses_reasoning_parts.sse").read_bytes()
+    async with _responses_gateway() as gw:
+        gw.backend.script([recording], [recording])
+        result = await _run(gw, "reasoning_parts")
+    assert result["parts"] == SUMMARY
+    for text in (result["streamed"], result["whole"]):
+        assert all(text.count(part) == 1 for part in SUMMARY), text
+        assert "greeting" not in text, text  # the raw reasoning is content, not summary
+
+
+async def test_web_search_citations_are_sources() -> None:
+    """A hosted web search's `url_citation`s are the SDK's sources, streamed and not."""
+    recording = (RECORDINGS / "responses_web_search.sse").read_bytes()
+    async with _responses_gateway() as gw:
+        gw.backend.script([recording], [recording])
+        result = await _run(gw, "sources")
+    urls = ["https://example.com/docs", "https://example.com/blog"]
+    assert result["streamed"] == urls and result["whole"] == urls
+    assert result["text"].startswith("Streamer is a gateway")
+    assert gw.backend.requests[0]["tools"] == [{"type": "web_search"}]
+
+
+async def test_a_failed_turn_says_why(gw: GatewayHarness) -> None:
+    """Not streamed, a turn that fails mid-way is the SDK's error with the gateway's message
+    (the SDK's schema needs `error.type`; without it: "Invalid JSON response")."""
+    gw.backend.script([*text_chunks(["Hal"]), DIE])
+    result = await _run(gw, "failed_turn")
+    assert result["error"] == {
+        "name": "AI_APICallError",
+        "message": "The backend closed the stream before it finished.",
+    }

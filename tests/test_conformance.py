@@ -26,7 +26,7 @@ from streamer.pipeline import TurnOptions, prepare
 from streamer.tap.replay import Recording, replay
 
 FIXTURES = Path(__file__).parent / "fixtures" / "streams"
-README = Path(__file__).parent.parent / "README.md"
+CONFORMANCE_PAGE = Path(__file__).parent.parent / "docs" / "conformance.md"
 
 
 def _text_reply(gw: GatewayHarness) -> None:
@@ -222,10 +222,30 @@ def test_the_listed_deviations_pass_and_nothing_else_does() -> None:
     )
 
 
-def test_every_deviation_is_in_the_readme() -> None:
-    section = README.read_text().split("## Open Responses conformance", 1)[1].split("\n## ", 1)[0]
+def test_a_failed_responses_error_needs_a_type() -> None:
+    failed = {**_response(), "status": "failed", "error": {"code": "server_error", "message": "m"}}
+    assert any("error without a string type" in v for v in check_response(failed))
+    typed = {**failed, "error": {"code": "server_error", "message": "m", "type": "server_error"}}
+    assert check_response(typed) == []
+
+
+def test_annotation_and_pass_through_events_are_checked() -> None:
+    where = {"sequence_number": 4, "item_id": "msg_1", "output_index": 1, "content_index": 0}
+    citation = {"type": "url_citation", "url": "https://x", "title": "X", "start_index": 0,
+                "end_index": 3}  # fmt: skip
+    added = {"type": "response.output_text.annotation.added", "annotation_index": 0, **where}
+    assert check_event({**added, "annotation": citation}) == []
+    assert check_event({**added}) != []  # no annotation
+    progress = {"type": "response.web_search_call.searching", "sequence_number": 2,
+                "item_id": "ws_1", "output_index": 0}  # fmt: skip
+    assert check_event(progress) == []
+    assert check_event({k: v for k, v in progress.items() if k != "item_id"}) != []
+
+
+def test_every_deviation_is_in_the_docs() -> None:
+    page = CONFORMANCE_PAGE.read_text()
     for key in DEVIATIONS:
-        assert f"`{key}`" in section, key
+        assert f"| `{key}` |" in page, key
 
 
 def test_the_collector_fails_on_a_violation() -> None:

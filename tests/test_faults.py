@@ -47,10 +47,11 @@ from scripted_backend import (
 )
 from sdk_models import validate_event, validate_response
 
-from streamer.core.output import FAILURE_CODES, OutputItemStreamer
+from streamer.core.errors import FAILURE_CODES
+from streamer.core.output import OutputItemStreamer
 from streamer.frontends.websocket import SESSIONS, Session
 from streamer.pipeline import Turn
-from streamer.upstream.chat.client import ChatStream
+from streamer.upstream.backend_stream import BackendStream
 
 TERMINAL = frozenset({"response.completed", "response.failed", "response.incomplete"})
 DEADLINE = 10.0  # no client waits longer than this for an end: a hang fails the test
@@ -226,7 +227,7 @@ TRANSPORTS: dict[str, Callable[..., Any]] = {"sse": sse_turn, "json": json_turn,
 
 # -- what a gateway holds -------------------------------------------------------------
 
-WATCHED = (Turn, ChatStream, OutputItemStreamer, Session)
+WATCHED = (Turn, BackendStream, OutputItemStreamer, Session)
 
 
 def upstream_connections(gw: GatewayHarness) -> tuple[int, int]:

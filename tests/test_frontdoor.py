@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import orjson
 
-from streamer.frontends.frontdoor import Door, capacity, default_capacity, timeout_reply
+from streamer.frontends.frontdoor import Door, timeout_reply
 from streamer.frontends.http import fresh
 
 
@@ -82,13 +82,6 @@ def test_a_closed_connection_frees_its_slot_and_later_calls_are_no_ops() -> None
     door.begin("a")
     assert door.open == 0
     assert door.accept("b", 2).admitted and door.stats.evicted == 0
-
-
-def test_default_capacity_leaves_a_quarter_of_the_descriptors() -> None:
-    assert default_capacity(1024) == 768
-    assert default_capacity(1) == 1
-    assert capacity(50) == 50
-    assert capacity(0) >= 1
 
 
 def test_timeout_reply_is_a_whole_408_in_openai_shape() -> None:

@@ -286,7 +286,7 @@ def plausible_request(draw: st.DrawFn, *, background: bool = True) -> dict[str, 
         "stream": st.booleans(),
         "store": st.booleans(),
         "parallel_tool_calls": st.booleans(),
-        "max_output_tokens": st.integers(1, 4096),
+        "max_output_tokens": st.integers(16, 4096),  # OpenAI refuses fewer
         "temperature": st.floats(0, 2),
         "top_p": st.floats(0, 1),
         "text": TEXT_CONFIG,

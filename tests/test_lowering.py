@@ -10,8 +10,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from streamer.core.call_kinds import CALL_TYPES
 from streamer.core.errors import RequestError
-from streamer.core.input_items import CALL_TYPES
 from streamer.core.lowering import LoweringOptions, lower, normalize_input, public_output_to_input
 from streamer.core.tools import ResponsesToolNames
 

@@ -71,7 +71,7 @@ def test_serve_alone_still_checks_its_flags(capsys: pytest.CaptureFixture[str]) 
         main(["serve", "--no-such-flag"])
     assert exit_.value.code == 2
     # the usage line names every command, as with the whole command line
-    assert "usage: streamer [-h] {serve,codex,tap,replay}" in capsys.readouterr().err
+    assert "usage: streamer [-h] [--version] {serve,codex,tap,replay}" in capsys.readouterr().err
     with pytest.raises(SystemExit):
         main(["serve", "--port", "many"])
     assert "usage: streamer serve" in capsys.readouterr().err

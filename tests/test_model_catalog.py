@@ -257,12 +257,12 @@ def test_serve_refuses_a_wrong_file(tmp_path: Path, capsys: pytest.CaptureFixtur
     assert f"--model-metadata {meta}: models.qwen3:8b.context_window: must be a positive" in err
 
 
-def test_the_readmes_example_file_is_a_valid_one() -> None:
+def test_the_docs_example_file_is_a_valid_one() -> None:
     import tomllib
 
-    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
-    start = readme.index("[defaults]                      # every model")
-    example = readme[start : readme.index("```", start)]
+    page = (Path(__file__).resolve().parents[1] / "docs" / "clients.md").read_text()
+    start = page.index("[defaults]                      # every model")
+    example = page[start : page.index("```", start)]
     catalog = parse_catalog(tomllib.loads(example))
     info = codex_model_info("qwen3:8b", catalog, None, 0)
     assert info["context_window"] == 40960 and info["input_modalities"] == ["text"]

@@ -11,6 +11,7 @@ import pytest
 from streamer import cli
 from streamer.models_config import ConfigError, catalog_entries, load, parse
 from streamer.upstream.chat.profiles import PROFILES
+from streamer.upstream.kinds import NAMES as KIND_NAMES
 
 PROFILE_NAMES = tuple(PROFILES)
 ENV = {"LOCAL_KEY": "sk-local", "DEEPSEEK_API_KEY": "sk-deep"}
@@ -42,7 +43,7 @@ api_key_env = "DEEPSEEK_API_KEY"
 
 
 def test_the_issues_example_as_written() -> None:
-    config = parse(EXAMPLE, "streamer.toml", ENV, PROFILE_NAMES)
+    config = parse(EXAMPLE, "streamer.toml", ENV, PROFILE_NAMES, KIND_NAMES)
     local, api = config.models
     assert config.default_model == "local"
     assert local.name == "local" and local.aliases == ("qwen3-coder",)
@@ -166,17 +167,43 @@ def test_every_config_error_names_the_file_the_line_and_what_is_wrong(
     text: str, message: str
 ) -> None:
     with pytest.raises(ConfigError) as caught:
-        parse(text, "f.toml", ENV, PROFILE_NAMES)
+        parse(text, "f.toml", ENV, PROFILE_NAMES, KIND_NAMES)
     assert str(caught.value).startswith(message), str(caught.value)
+
+
+def test_a_model_sets_its_profile_settings_by_their_names_checked_as_the_flags() -> None:
+    from streamer.options import model_knobs
+
+    text = _model(
+        'reasoning_efforts = "low,high"\ndrop_params = "stream_options"\nfile_parts = false\n'
+    )
+    (spec,) = parse(text, "f.toml", ENV, PROFILE_NAMES, KIND_NAMES, knobs=model_knobs()).models
+    assert dict(spec.settings) == {
+        "reasoning_efforts": "low,high",
+        "drop_params": "stream_options",
+        "file_parts": False,
+    }
+    for line, message in (
+        ('system_messages = "first"\n', "--system-messages must be merge, keep or user"),
+        ('backend_accepts = "seed"\n', "--backend-accepts: unknown parameter(s) seed"),
+        ('file_parts = "no"\n', "expected a boolean; got 'no'"),
+        ("reasoning_efforts = 3\n", "expected a string; got 3"),
+    ):
+        key = line.split(" ", 1)[0]
+        with pytest.raises(ConfigError) as caught:
+            parse(_model(line), "f.toml", ENV, PROFILE_NAMES, KIND_NAMES, knobs=model_knobs())
+        assert str(caught.value).startswith(f"f.toml:4: models[0].{key}: {message}")
+    with pytest.raises(ConfigError, match="unknown key 'port'"):  # not a model's to set
+        parse(_model("port = 1\n"), "f.toml", ENV, PROFILE_NAMES, KIND_NAMES, knobs=model_knobs())
 
 
 def test_a_missing_or_unreadable_file_says_so(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match=r"nowhere\.toml: No such file or directory"):
-        load(str(tmp_path / "nowhere.toml"), ENV, PROFILE_NAMES)
+        load(str(tmp_path / "nowhere.toml"), ENV, PROFILE_NAMES, KIND_NAMES)
     binary = tmp_path / "b.toml"
     binary.write_bytes(b"\xff\xfe")
     with pytest.raises(ConfigError, match="not UTF-8 text"):
-        load(str(binary), ENV, PROFILE_NAMES)
+        load(str(binary), ENV, PROFILE_NAMES, KIND_NAMES)
 
 
 def test_a_bad_config_stops_streamer_serve_with_its_message(
@@ -205,7 +232,9 @@ def test_the_readme_example_parses() -> None:
     readme = (Path(__file__).parent.parent / "README.md").read_text()
     section = readme.split("## Several models", 1)[1]
     text = section.split("```toml\n", 1)[1].split("```", 1)[0]
-    config = parse(text, "README.md", ENV, PROFILE_NAMES)
+    from streamer.options import model_knobs
+
+    config = parse(text, "README.md", ENV, PROFILE_NAMES, KIND_NAMES, knobs=model_knobs())
     assert [m.name for m in config.models] == ["local", "api"]
 
 
@@ -223,3 +252,25 @@ def test_each_worker_holds_its_share_of_a_models_concurrency() -> None:
     shares = [m.max_concurrency for m in per_worker(config, 3).models]
     assert shares == [21, 1, 0]  # 0: no limit
     assert per_worker(config, 1) is config
+
+
+def test_the_startup_line_names_the_configured_models_not_the_embedded_one(
+    tmp_path: Path,
+) -> None:
+    from streamer.config import Settings
+    from streamer.model_routes import serving_target
+
+    path = tmp_path / "streamer.toml"
+    path.write_text(
+        '[[models]]\nname = "local"\nupstreams = ["http://a:8000/v1", "http://b:8000/v1"]\n'
+        '[[models]]\nname = "api"\napi = "responses"\nupstreams = ["https://api.example/v1"]\n'
+    )
+    target = serving_target(Settings(config=str(path)))
+    assert target == (
+        f"{path}: local (chat) -> http://a:8000/v1, http://b:8000/v1; "
+        "api (responses) -> https://api.example/v1"
+    )
+    assert serving_target(Settings(upstream="http://h:1/v1")) == "http://h:1/v1"
+    assert serving_target(Settings()) == "embedded scripted model"
+    path.write_text("[[models]]\n")  # changed under a worker: the file and its problem
+    assert serving_target(Settings(config=str(path))).startswith(f"{path} ({path}:")

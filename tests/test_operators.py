@@ -6,7 +6,7 @@
 - Logs: one JSON object per line carrying the request id the answer's `X-Request-Id`
   names; nothing at the default level for ordinary traffic, access lines at `info`.
 - `GET /healthz` (up) and `GET /readyz` (backend and store reachable, 503 otherwise).
-- Every setting is a flag and an environment variable, and the README lists them all.
+- Every setting is a flag and an environment variable, and docs/settings.md lists them all.
 
 `gateway_process` (a real `python -m streamer serve` with its own environment) is in
 tests/builders.py.
@@ -309,16 +309,16 @@ async def test_info_logs_one_json_access_line_per_request_with_its_id(tmp_path: 
 # -- settings ------------------------------------------------------------------------------
 
 
-def test_every_setting_is_a_flag_an_env_var_and_a_readme_row() -> None:
+def test_every_setting_is_a_flag_an_env_var_and_a_row_of_the_settings_page() -> None:
     # not settings: `shared_state_key` is what a --workers supervisor hands its workers
     fields = set(Settings.__dataclass_fields__) - {"extra", "shared_state_key"}
     assert {s.dest for s in SETTINGS} == fields
-    readme = (REPO / "README.md").read_text()
+    page = (REPO / "docs" / "settings.md").read_text()
     for s in SETTINGS:
         assert s.env == "STREAMER_" + s.dest.upper()
         assert s.flag == "--" + s.dest.replace("_", "-") or s.dest == "api_keys"
-        assert f"`{s.flag}`" in readme and f"`{s.env}`" in readme, s.flag
-    assert settings_table() in readme
+        assert f"`{s.flag}`" in page and f"`{s.env}`" in page, s.flag
+    assert settings_table() in page
 
 
 async def test_settings_come_from_the_environment_and_flags_win(tmp_path: Path) -> None:

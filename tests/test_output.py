@@ -267,7 +267,11 @@ def test_backend_error_mid_stream_fails_the_response() -> None:
         [TextDelta("partial")], [UpstreamError("server_error", "backend died")], end="none"
     )
     assert events[-1]["type"] == "response.failed"
-    assert response["error"] == {"code": "server_error", "message": "backend died"}
+    assert response["error"] == {
+        "code": "server_error",
+        "message": "backend died",
+        "type": "server_error",
+    }
     assert response["output"][0]["status"] == "incomplete"
     assert [e["type"] for e in events].count("response.output_item.done") == 1
 

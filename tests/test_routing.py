@@ -534,6 +534,8 @@ async def test_streamer_serve_config_reloads_on_sighup_with_a_stream_in_flight(
     path.write_text(f'[[models]]\nname = "a"\nupstreams = ["{backends[0].base_url}"]\n')
     try:
         async with gateway_process(tmp_path / "gw.log", "--config", str(path)) as gw:
+            # the startup line names the file's models, not the embedded scripted model
+            assert f"-> {path}: a (chat) -> {backends[0].base_url} (pid" in gw.stdout()
             client = openai.AsyncOpenAI(base_url=gw.url, api_key="unused", max_retries=0)
             held = asyncio.create_task(_stream(client, "held", model="a"))
             await enough.wait()
@@ -599,5 +601,131 @@ async def test_a_model_on_a_responses_backend_beside_a_chat_one(tmp_path: Path) 
         (sent,) = gw.backends[2].requests  # POST /v1/responses, the gateway keeping state
         assert sent["model"] == "api" and sent["stream"] is True and sent["store"] is False
         assert [t["name"] for t in sent["tools"]] == ["search"]
+    finally:
+        await gw.stop()
+
+
+ACROSS_KINDS = """
+[[models]]
+name = "first"
+upstreams = ["{u0}"]
+api = "FIRST"
+fallbacks = ["second"]
+
+[[models]]
+name = "second"
+upstreams = ["{u2}"]
+api = "SECOND"
+backend_model = "second-backend"
+"""
+HISTORY = [
+    {"type": "message", "role": "user", "content": "Fix the parser"},
+    {"type": "function_call", "call_id": "c1", "name": "search", "arguments": "{}"},
+    {"type": "function_call_output", "call_id": "c1", "output": "found it"},
+]
+
+
+async def _fall_back(tmp_path: Path, first: str, second: str) -> tuple[Routed, list[Any]]:
+    """A model of kind `first` whose backend answers 503, falling back to one of kind
+    `second`: a turn with tools and history, then a compaction turn, both served by the
+    fallback; what the fallback's backend was sent."""
+    from scripted_responses_backend import ScriptedResponsesBackend
+
+    gw = Routed(tmp_path)
+    kinds = {"chat": ScriptedBackend, "responses": ScriptedResponsesBackend}
+    gw.backends[0] = kinds[first](default_script=[Status(503, {"error": {"message": "down"}})])
+    gw.backends[2] = kinds[second]()
+    await gw.start(ACROSS_KINDS.replace("FIRST", first).replace("SECOND", second))
+    client = gw.sdk()
+    answer = await client.responses.create(model="first", input=HISTORY, tools=TOOLS)  # type: ignore[arg-type]
+    assert answer.model == "second" and answer.output_text == "Hello!"
+    compacted = await client.responses.compact(model="first", input=HISTORY)  # type: ignore[arg-type]
+    assert compacted.output[-1].type == "compaction"
+    assert len(gw.backends[0].requests) == 2  # each turn tried the first model first
+    return gw, gw.backends[2].requests
+
+
+async def test_a_chat_model_falls_back_to_a_responses_model_with_a_responses_body(
+    tmp_path: Path,
+) -> None:
+    """The fallback is sent what its kind takes at its `/v1/responses` URL (issue 26: it
+    was sent the Chat body, `messages` and Chat-shaped tools, for the first model's kind)."""
+    from streamer.compaction import HANDOVER_PROMPT
+
+    gw, (turn, compaction) = await _fall_back(tmp_path, "chat", "responses")
+    try:
+        for sent in (turn, compaction):
+            assert "messages" not in sent and sent["model"] == "second-backend"
+            assert sent["stream"] is True and sent["store"] is False
+            assert sent["input"][0] == {
+                "type": "message",
+                "role": "user",
+                "content": "Fix the parser",
+            }
+            assert sent["input"][1]["type"] == "function_call"
+        assert turn["tools"] == [
+            {"type": "function", "name": "search", "parameters": {"type": "object"}}
+        ]
+        assert "tools" not in compaction
+        assert compaction["input"][-1] == {
+            "type": "message",
+            "role": "user",
+            "content": HANDOVER_PROMPT,
+        }
+    finally:
+        await gw.stop()
+
+
+async def test_a_responses_model_falls_back_to_a_chat_model_with_a_chat_body(
+    tmp_path: Path,
+) -> None:
+    """The reverse: a Chat fallback is sent Chat Completions (the compaction turn too: it
+    was sent the first model's Responses body, `input` and no `messages`)."""
+    from streamer.compaction import HANDOVER_PROMPT
+
+    gw, (turn, compaction) = await _fall_back(tmp_path, "responses", "chat")
+    try:
+        for sent in (turn, compaction):
+            assert "input" not in sent and "store" not in sent
+            assert sent["model"] == "second-backend" and sent["stream"] is True
+            assert sent["messages"][0] == {"role": "user", "content": "Fix the parser"}
+            assert sent["messages"][1]["tool_calls"][0]["function"]["name"] == "search"
+            assert sent["messages"][2] == {
+                "role": "tool",
+                "tool_call_id": "c1",
+                "content": "found it",
+            }
+        assert turn["tools"][0]["function"]["name"] == "search"
+        assert "tools" not in compaction
+        assert compaction["messages"][-1] == {"role": "user", "content": HANDOVER_PROMPT}
+    finally:
+        await gw.stop()
+
+
+OWN_SETTINGS = """
+[[models]]
+name = "local"
+upstreams = ["{u0}"]
+max_tokens_field = "max_tokens"    # over the gateway's --max-tokens-field
+drop_params = "user,stream_options"
+
+[[models]]
+name = "api"
+upstreams = ["{u2}"]
+"""
+
+
+async def test_a_model_sets_its_own_profile_settings_over_the_gateways(tmp_path: Path) -> None:
+    """A `[[models]]` entry sets a profile setting by its name; the others keep the flag's."""
+    gw = await Routed(tmp_path, max_tokens_field="max_completion_tokens").start(OWN_SETTINGS)
+    try:
+        client = gw.sdk()
+        for model in ("local", "api"):
+            await client.responses.create(model=model, input=model, max_output_tokens=19)
+        (local,), (api,) = gw.backends[0].requests, gw.backends[2].requests
+        assert local["max_tokens"] == 19 and "max_completion_tokens" not in local
+        assert "stream_options" not in local  # the model's drop: no usage asked for
+        assert api["max_completion_tokens"] == 19 and "max_tokens" not in api
+        assert api["stream_options"] == {"include_usage": True}
     finally:
         await gw.stop()

@@ -222,6 +222,17 @@ TEXT_DELTA = {
     "logprobs": [],
 }
 
+ANNOTATION = {
+    "type": "response.output_text.annotation.added",
+    "sequence_number": 0,  # renumbered on insert
+    "item_id": "msg_text_001",
+    "output_index": 0,
+    "content_index": 0,
+    "annotation_index": 0,
+    "annotation": {"type": "url_citation", "url": "https://x", "title": "x",
+                   "start_index": 0, "end_index": 1},
+}  # fmt: skip
+
 BROKEN: list[tuple[str, str, Callable[[Events], None], list[tuple[str, int]], bool]] = [
     # (case, fixture, mutation, expected [(rule, position)], check with the tool map)
     ("event malformed", "text.sse", mutate("1", "not an event"), [("event.malformed", 1)], False),
@@ -307,6 +318,50 @@ BROKEN: list[tuple[str, str, Callable[[Events], None], list[tuple[str, int]], bo
         "text.sse",
         insert(5, {**TEXT_DELTA, "content_index": 1}),
         [("ref.part", 5)],
+        False,
+    ),
+    (
+        "annotation index skips one",
+        "text.sse",
+        insert(5, {**ANNOTATION, "annotation_index": 1}),
+        [("annotation.index", 5)],
+        False,
+    ),
+    (
+        "annotation on a part never added",
+        "text.sse",
+        insert(5, {**ANNOTATION, "content_index": 1}),
+        [("ref.part", 5)],
+        False,
+    ),
+    (
+        "pass-through event before its item",
+        "text.sse",
+        insert(
+            2,
+            {
+                "type": "response.web_search_call.searching",
+                "sequence_number": 0,
+                "item_id": "ws_1",
+                "output_index": 0,
+            },
+        ),
+        [("ref.passthrough", 2)],
+        False,
+    ),
+    (
+        "pass-through event naming the backend's index",
+        "text.sse",
+        insert(
+            5,
+            {
+                "type": "response.web_search_call.searching",
+                "sequence_number": 0,
+                "item_id": "msg_text_001",
+                "output_index": 3,
+            },
+        ),
+        [("ref.passthrough", 5)],
         False,
     ),
     ("part added twice", "text.sse", insert(4, copy_of(3)), [("part.index", 4)], False),

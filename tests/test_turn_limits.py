@@ -26,7 +26,7 @@ from streamer.core.output import OutputItemStreamer
 from streamer.core.output_items import OutputLimits
 from streamer.core.response import new_response
 from streamer.core.tools import ResponsesToolNames
-from streamer.gateway import turn_options
+from streamer.options import turn_options
 from streamer.pipeline import TurnOptions, prepare, stream_events
 from streamer.upstream.batch import Batch
 from streamer.upstream.body_budget import ByteBudget

@@ -1,4 +1,5 @@
-"""ChatUpstream against the scripted backend, a real HTTP server on loopback."""
+"""The Chat kind's client (the shared `BackendClient` over Chat's wire) against the scripted
+backend, a real HTTP server on loopback."""
 
 from __future__ import annotations
 
@@ -38,7 +39,9 @@ from streamer.core.deltas import (
     Usage,
 )
 from streamer.core.errors import RequestError
-from streamer.upstream.chat.client import ChatStream, ChatUpstream
+from streamer.upstream.backend_client import BackendClient
+from streamer.upstream.backend_stream import BackendStream
+from streamer.upstream.chat.client import chat_client
 
 SECRET = "sk-planted-secret-4242"
 REQUEST: dict[str, Any] = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
@@ -51,23 +54,23 @@ async def backend() -> AsyncIterator[ScriptedBackend]:
 
 
 @pytest.fixture
-async def upstream(backend: ScriptedBackend) -> AsyncIterator[ChatUpstream]:
-    up = ChatUpstream(backend.base_url, api_key=SECRET)
+async def upstream(backend: ScriptedBackend) -> AsyncIterator[BackendClient]:
+    up = chat_client(backend.base_url, api_key=SECRET)
     yield up
     await up.close()
 
 
-async def batches(stream: ChatStream) -> list[list[Delta]]:
+async def batches(stream: BackendStream) -> list[list[Delta]]:
     """Every batch of the stream: `first` (if its first bytes came with the head), then the rest."""
     return [*([stream.first] if stream.first is not None else []), *[b async for b in stream]]
 
 
-async def first_batch(stream: ChatStream) -> list[Delta]:
+async def first_batch(stream: BackendStream) -> list[Delta]:
     """The stream's first batch, whether it came with the head or is read now."""
     return stream.first if stream.first is not None else await anext(stream)
 
 
-async def run(up: ChatUpstream, request: dict[str, Any] | None = None) -> list[list[Delta]]:
+async def run(up: BackendClient, request: dict[str, Any] | None = None) -> list[list[Delta]]:
     stream = await up.open(request or REQUEST)
     try:
         return await batches(stream)
@@ -80,7 +83,7 @@ def flat(batches: list[list[Delta]]) -> list[Delta]:
 
 
 async def test_text_stream_and_request_shape(
-    backend: ScriptedBackend, upstream: ChatUpstream
+    backend: ScriptedBackend, upstream: BackendClient
 ) -> None:
     backend.script(
         [
@@ -112,7 +115,7 @@ async def test_text_stream_and_request_shape(
 
 
 async def test_extra_headers_are_sent_and_override(
-    backend: ScriptedBackend, upstream: ChatUpstream
+    backend: ScriptedBackend, upstream: BackendClient
 ) -> None:
     stream = await upstream.open(
         REQUEST, headers={"X-Request-Id": "req-1", "authorization": "Bearer client"}
@@ -124,7 +127,7 @@ async def test_extra_headers_are_sent_and_override(
 
 
 async def test_tool_call_split_over_chunks(
-    backend: ScriptedBackend, upstream: ChatUpstream
+    backend: ScriptedBackend, upstream: BackendClient
 ) -> None:
     backend.script(
         [
@@ -140,14 +143,14 @@ async def test_tool_call_split_over_chunks(
     assert orjson.loads("".join(d.arguments for d in calls)) == {"q": "x"}
 
 
-async def test_usage_only_chunk(backend: ScriptedBackend, upstream: ChatUpstream) -> None:
+async def test_usage_only_chunk(backend: ScriptedBackend, upstream: BackendClient) -> None:
     backend.script([*text_chunks(["a"]), finish("stop"), usage(10, 4, cached=6, reasoning=2), DONE])
     deltas = flat(await run(upstream))
     assert deltas[-1] == Usage(10, 4, cached_tokens=6, reasoning_tokens=2)
 
 
 async def test_one_network_read_is_one_batch(
-    backend: ScriptedBackend, upstream: ChatUpstream
+    backend: ScriptedBackend, upstream: BackendClient
 ) -> None:
     frames = b"".join(
         b"data: " + orjson.dumps(c) + b"\n\n"
@@ -159,7 +162,7 @@ async def test_one_network_read_is_one_batch(
 
 
 async def test_crlf_framing_comments_and_split_frames(
-    backend: ScriptedBackend, upstream: ChatUpstream
+    backend: ScriptedBackend, upstream: BackendClient
 ) -> None:
     frame = b"data: " + orjson.dumps(text_chunks(["héllo"])[0]) + b"\r\n\r\n"
     backend.script(
@@ -169,7 +172,7 @@ async def test_crlf_framing_comments_and_split_frames(
 
 
 async def test_backend_400_keeps_status_and_message(
-    backend: ScriptedBackend, upstream: ChatUpstream
+    backend: ScriptedBackend, upstream: BackendClient
 ) -> None:
     error = {
         "message": "This model's maximum context length is 4096 tokens.",
@@ -191,7 +194,7 @@ async def test_backend_400_keeps_status_and_message(
 
 
 async def test_vllm_flat_error_and_plain_text_5xx(
-    backend: ScriptedBackend, upstream: ChatUpstream
+    backend: ScriptedBackend, upstream: BackendClient
 ) -> None:
     backend.script(
         [
@@ -220,7 +223,7 @@ async def test_vllm_flat_error_and_plain_text_5xx(
     assert "upstream overloaded" in info.value.message
 
 
-async def test_429_keeps_retry_after(backend: ScriptedBackend, upstream: ChatUpstream) -> None:
+async def test_429_keeps_retry_after(backend: ScriptedBackend, upstream: BackendClient) -> None:
     body = {
         "error": {
             "message": "Rate limit reached",
@@ -242,7 +245,7 @@ async def test_429_keeps_retry_after(backend: ScriptedBackend, upstream: ChatUps
 
 
 async def test_refused_connection_is_502_without_the_key() -> None:
-    up = ChatUpstream(refusing_url(), api_key=SECRET, connect_timeout=2)
+    up = chat_client(refusing_url(), api_key=SECRET, connect_timeout=2)
     try:
         with pytest.raises(RequestError) as info:
             await up.open(REQUEST)
@@ -260,7 +263,7 @@ async def test_refused_connection_is_502_without_the_key() -> None:
 
 
 async def test_unresolvable_host_is_502() -> None:
-    up = ChatUpstream("http://no-such-host.invalid/v1", connect_timeout=3)
+    up = chat_client("http://no-such-host.invalid/v1", connect_timeout=3)
     try:
         with pytest.raises(RequestError) as info:
             await up.open(REQUEST)
@@ -269,7 +272,7 @@ async def test_unresolvable_host_is_502() -> None:
         await up.close()
 
 
-async def test_backend_dying_mid_stream(backend: ScriptedBackend, upstream: ChatUpstream) -> None:
+async def test_backend_dying_mid_stream(backend: ScriptedBackend, upstream: BackendClient) -> None:
     backend.script([*text_chunks(["partial"]), Sleep(0.02), DIE])
     deltas = flat(await run(upstream))
     assert deltas[0] == TextDelta("partial")
@@ -277,7 +280,7 @@ async def test_backend_dying_mid_stream(backend: ScriptedBackend, upstream: Chat
     assert deltas[-1].code == "server_error" and "closed the stream" in deltas[-1].message
 
 
-async def test_eof_without_done(backend: ScriptedBackend, upstream: ChatUpstream) -> None:
+async def test_eof_without_done(backend: ScriptedBackend, upstream: BackendClient) -> None:
     backend.script([*text_chunks(["cut"])], [*text_chunks(["whole"]), finish("stop")])
     cut = flat(await run(upstream))
     assert cut[0] == TextDelta("cut") and isinstance(cut[-1], UpstreamError)
@@ -287,7 +290,7 @@ async def test_eof_without_done(backend: ScriptedBackend, upstream: ChatUpstream
 
 async def test_idle_timeout_fails_and_cuts_the_backend(backend: ScriptedBackend) -> None:
     backend.script([*text_chunks(["first"]), Sleep(30), finish("stop"), DONE])
-    up = ChatUpstream(backend.base_url, idle_timeout=0.3)
+    up = chat_client(backend.base_url, idle_timeout=0.3)
     try:
         deltas = flat(await run(up))
         assert deltas[0] == TextDelta("first")
@@ -300,7 +303,7 @@ async def test_idle_timeout_fails_and_cuts_the_backend(backend: ScriptedBackend)
 
 async def test_slow_headers_are_a_504(backend: ScriptedBackend) -> None:
     backend.script([DelayHeaders(30), *text_chunks(["late"]), DONE])
-    up = ChatUpstream(backend.base_url, idle_timeout=0.3)
+    up = chat_client(backend.base_url, idle_timeout=0.3)
     try:
         with pytest.raises(RequestError) as info:
             await up.open(REQUEST)
@@ -311,7 +314,7 @@ async def test_slow_headers_are_a_504(backend: ScriptedBackend) -> None:
 
 
 async def test_aclose_disconnects_the_backend_at_once(
-    backend: ScriptedBackend, upstream: ChatUpstream
+    backend: ScriptedBackend, upstream: BackendClient
 ) -> None:
     backend.script([*text_chunks(["a"]), HANG])
     stream = await upstream.open(REQUEST)
@@ -324,7 +327,7 @@ async def test_aclose_disconnects_the_backend_at_once(
 
 
 async def test_cancelling_the_reader_disconnects_the_backend(
-    backend: ScriptedBackend, upstream: ChatUpstream
+    backend: ScriptedBackend, upstream: BackendClient
 ) -> None:
     backend.script([*text_chunks(["a"]), HANG])
     stream = await upstream.open(REQUEST)
@@ -345,7 +348,7 @@ async def test_cancelling_the_reader_disconnects_the_backend(
 
 
 async def test_non_streaming_json_answer_is_decoded(
-    backend: ScriptedBackend, upstream: ChatUpstream
+    backend: ScriptedBackend, upstream: BackendClient
 ) -> None:
     body = completion(
         "Sure.", tool_calls=[("call_9", "crm__lookup", '{"id":7}')], finish_reason="tool_calls"
@@ -362,7 +365,7 @@ async def test_non_streaming_json_answer_is_decoded(
 
 
 async def test_error_payload_mid_stream_ends_the_stream(
-    backend: ScriptedBackend, upstream: ChatUpstream
+    backend: ScriptedBackend, upstream: BackendClient
 ) -> None:
     backend.script(
         [
@@ -374,12 +377,12 @@ async def test_error_payload_mid_stream_ends_the_stream(
     )
     batches = await run(upstream)
     deltas = flat(batches)
-    assert deltas[-1] == UpstreamError("oom", "CUDA out of memory")
+    assert deltas[-1] == UpstreamError("oom", "CUDA out of memory", "server_error")
     assert TextDelta("never") not in deltas
     await backend.records[0].wait_disconnect(timeout=5)
 
 
-async def test_malformed_json_mid_stream(backend: ScriptedBackend, upstream: ChatUpstream) -> None:
+async def test_malformed_json_mid_stream(backend: ScriptedBackend, upstream: BackendClient) -> None:
     backend.script([*text_chunks(["a"]), '{"choices": [{"delta": ', HANG])
     deltas = flat(await run(upstream))
     assert isinstance(deltas[-1], UpstreamError) and deltas[-1].code == "invalid_upstream_chunk"
@@ -387,7 +390,7 @@ async def test_malformed_json_mid_stream(backend: ScriptedBackend, upstream: Cha
 
 
 async def test_sequential_streams_reuse_one_connection(
-    backend: ScriptedBackend, upstream: ChatUpstream
+    backend: ScriptedBackend, upstream: BackendClient
 ) -> None:
     for word in ("one", "two", "three"):
         backend.script([*text_chunks([word]), finish("stop"), usage(1, 1), DONE])
@@ -397,7 +400,9 @@ async def test_sequential_streams_reuse_one_connection(
     assert backend.disconnects == 0
 
 
-async def test_connection_has_tcp_nodelay(backend: ScriptedBackend, upstream: ChatUpstream) -> None:
+async def test_connection_has_tcp_nodelay(
+    backend: ScriptedBackend, upstream: BackendClient
+) -> None:
     backend.script([*text_chunks(["a"]), HANG])
     stream = await upstream.open(REQUEST)
     try:
@@ -408,7 +413,7 @@ async def test_connection_has_tcp_nodelay(backend: ScriptedBackend, upstream: Ch
         await stream.aclose()
 
 
-async def test_models_and_ping(backend: ScriptedBackend, upstream: ChatUpstream) -> None:
+async def test_models_and_ping(backend: ScriptedBackend, upstream: BackendClient) -> None:
     status, body = await upstream.get_models()
     assert status == 200
     assert [m["id"] for m in orjson.loads(body)["data"]] == backend.models
@@ -417,7 +422,7 @@ async def test_models_and_ping(backend: ScriptedBackend, upstream: ChatUpstream)
 
 
 async def test_concurrent_streams_on_one_pool(
-    backend: ScriptedBackend, upstream: ChatUpstream
+    backend: ScriptedBackend, upstream: BackendClient
 ) -> None:
     backend.responder = lambda body: [
         *text_chunks([body["messages"][0]["content"]]),
@@ -435,17 +440,17 @@ async def test_concurrent_streams_on_one_pool(
 
 
 async def test_stream_is_an_async_context_manager(
-    backend: ScriptedBackend, upstream: ChatUpstream
+    backend: ScriptedBackend, upstream: BackendClient
 ) -> None:
     backend.script([*text_chunks(["a"]), HANG])
     async with await upstream.open(REQUEST) as stream:
-        assert isinstance(stream, ChatStream)
+        assert isinstance(stream, BackendStream)
         assert await first_batch(stream) == [TextDelta("a")]
     await backend.records[0].wait_disconnect(timeout=5)
 
 
 async def test_backend_closing_before_answering_is_502(
-    backend: ScriptedBackend, upstream: ChatUpstream
+    backend: ScriptedBackend, upstream: BackendClient
 ) -> None:
     backend.script([("refuse",)], [*text_chunks(["ok"]), ("sleep", 0.01), ("die",)])
     with pytest.raises(RequestError) as info:
@@ -461,7 +466,7 @@ async def test_backend_closing_before_answering_is_502(
 
 
 async def test_cancelled_open_disconnects_the_backend(
-    backend: ScriptedBackend, upstream: ChatUpstream
+    backend: ScriptedBackend, upstream: BackendClient
 ) -> None:
     backend.script([DelayHeaders(30), DONE])
     task = asyncio.create_task(upstream.open(REQUEST))
@@ -475,7 +480,7 @@ async def test_cancelled_open_disconnects_the_backend(
 
 
 async def test_event_stream_labelled_json_is_still_decoded(
-    backend: ScriptedBackend, upstream: ChatUpstream
+    backend: ScriptedBackend, upstream: BackendClient
 ) -> None:
     frames = b"".join(
         b"data: " + orjson.dumps(c) + b"\n\n" for c in [*text_chunks(["x"]), finish("stop")]
@@ -485,7 +490,7 @@ async def test_event_stream_labelled_json_is_still_decoded(
 
 
 async def test_on_raw_sees_every_body_byte(
-    backend: ScriptedBackend, upstream: ChatUpstream
+    backend: ScriptedBackend, upstream: BackendClient
 ) -> None:
     script = [*text_chunks(["a", "b"]), finish("stop"), DONE]
     backend.script(script, [Status(200, completion("whole"))])
@@ -504,7 +509,7 @@ async def test_on_raw_sees_every_body_byte(
 
 async def test_stall_after_finish_ends_normally(backend: ScriptedBackend) -> None:
     backend.script([*text_chunks(["a"]), finish("stop"), HANG])
-    up = ChatUpstream(backend.base_url, idle_timeout=0.3)
+    up = chat_client(backend.base_url, idle_timeout=0.3)
     try:
         assert flat(await run(up)) == [TextDelta("a"), Finish("stop")]
         await backend.records[0].wait_disconnect(timeout=5)

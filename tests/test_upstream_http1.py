@@ -18,8 +18,9 @@ from hypothesis import strategies as st
 
 from streamer.core.deltas import Finish, TextDelta
 from streamer.core.errors import RequestError
-from streamer.upstream.chat.client import ChatUpstream
+from streamer.upstream.chat.client import chat_client
 from streamer.upstream.http1.connection import HIGH_WATER, Response
+from streamer.upstream.http1.connection_limit import OpenConnections
 from streamer.upstream.http1.pool import ClientPools, ConnectionPool
 from streamer.upstream.http1.wire import (
     ChunkedDecoder,
@@ -540,6 +541,123 @@ async def test_connection_limit() -> None:
         await pool.close()
 
 
+class FakeConnection:
+    """What `OpenConnections` needs of a connection; an abort reports itself closed, as a
+    pool's `forget` does."""
+
+    def __init__(self, cap: OpenConnections) -> None:
+        self.cap = cap
+        self.aborted = False
+
+    def abort(self) -> None:
+        self.aborted = True
+        self.cap.closed(self)
+
+
+async def opened(cap: OpenConnections) -> FakeConnection:
+    await cap.reserve()
+    conn = FakeConnection(cap)
+    cap.opened(conn)
+    return conn
+
+
+async def test_open_connections_cap_waits_then_hands_over() -> None:
+    cap = OpenConnections(2)
+    a, b = await opened(cap), await opened(cap)
+    third = asyncio.create_task(opened(cap))
+    await asyncio.sleep(0)  # let it queue (it has nothing else to wait on)
+    assert not third.done() and cap.waiting == 1 and cap.open == 2
+    a.abort()  # gone: its room goes to the one waiting
+    c = await asyncio.wait_for(third, 5)
+    assert cap.open == 2 and cap.waiting == 0
+    for conn in (b, c):
+        conn.abort()
+    assert cap.open == 0
+
+
+async def test_open_connections_close_the_longest_idle_to_make_room() -> None:
+    cap = OpenConnections(2)
+    a, b = await opened(cap), await opened(cap)
+    cap.idle(a)
+    cap.idle(b)
+    cap.busy(b)  # taken again: no longer idle
+    c = await asyncio.wait_for(opened(cap), 5)  # a is closed for it, at once
+    assert a.aborted and not b.aborted and cap.open == 2
+    cap.idle(b)
+    waiter = asyncio.create_task(opened(cap))  # b is closed for it
+    d = await asyncio.wait_for(waiter, 5)
+    assert b.aborted and cap.open == 2 and {c.aborted, d.aborted} == {False}
+
+
+async def test_open_connections_going_idle_while_others_wait_are_closed() -> None:
+    cap = OpenConnections(1)
+    a = await opened(cap)
+    waiter = asyncio.create_task(opened(cap))
+    await asyncio.sleep(0)
+    cap.idle(a)  # kept for reuse, it would hold the descriptor the waiter needs
+    assert a.aborted
+    await asyncio.wait_for(waiter, 5)
+    assert cap.open == 1
+
+
+async def test_open_connections_cancelled_waits_and_failed_connects_leak_nothing() -> None:
+    cap = OpenConnections(1)
+    a = await opened(cap)
+    waiter = asyncio.create_task(opened(cap))
+    await asyncio.sleep(0)
+    waiter.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await waiter
+    a.abort()
+    assert cap.open == 0 and cap.waiting == 0
+    await cap.reserve()
+    cap.unreserve()  # the connect failed
+    assert cap.open == 0
+    with pytest.raises(ValueError):
+        OpenConnections(0)
+
+
+async def test_open_connections_bound_every_pool_together() -> None:
+    """Two clients' pools under one cap of 2: the second client's requests close the first
+    one's idle connections (never more than 2 open at the server); three requests at once
+    take turns."""
+
+    async def handler(
+        server: RawServer, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+    ) -> None:
+        while True:
+            await server.request(reader)
+            await asyncio.sleep(0.02)
+            writer.write(OK_CL)
+
+    server = await serve(handler)
+    cap = OpenConnections(2)
+    pools = [ConnectionPool(server.url, open_limit=cap) for _ in range(2)]
+    most = 0
+
+    async def one(pool: ConnectionPool) -> bytes:
+        nonlocal most
+        resp = await pool.request(post(pool), 5)
+        most = max(most, sum(p.idle_count + p.in_use_count for p in pools))
+        try:
+            return await read_body(resp)
+        finally:
+            resp.release()
+
+    try:
+        assert await asyncio.gather(one(pools[0]), one(pools[0])) == [b"hello"] * 2
+        assert pools[0].idle_count == 2 and cap.open == 2
+        assert await one(pools[1]) == b"hello"  # one of the first pool's idle ones made room
+        assert pools[0].idle_count == 1 and pools[1].idle_count == 1
+        results = await asyncio.gather(*(one(pools[i % 2]) for i in range(6)))
+        assert results == [b"hello"] * 6
+        assert most <= 2 and cap.open <= 2
+    finally:
+        for pool in pools:
+            await pool.close()
+    assert cap.open == 0
+
+
 async def flow_control() -> None:
     """A consumer that does not read pauses the socket (the server's writes block), and the
     idle timeout does not run while it is paused."""
@@ -675,7 +793,7 @@ async def test_https(tmp_path: Path) -> None:
         server.close()
 
 
-# -- through ChatUpstream ---------------------------------------------------------------------
+# -- through the Chat client ------------------------------------------------------------------
 
 
 async def test_chat_stream_over_a_content_length_body_and_garbage_as_502() -> None:
@@ -685,7 +803,7 @@ async def test_chat_stream_over_a_content_length_body_and_garbage_as_502() -> No
     )
     sse = b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nContent-Length: %d\r\n\r\n"
     server = await serve(answering(sse % len(events) + events, b"HTTP/1.1 OK\r\n\r\n"))
-    up = ChatUpstream(server.url, api_key="sk-test")
+    up = chat_client(server.url, api_key="sk-test")
     try:
         stream = await up.open({"model": "m", "messages": []})
         assert [*(stream.first or []), *[d async for batch in stream for d in batch]] == [
@@ -771,7 +889,7 @@ async def test_chat_upstream_pools_per_client() -> None:
     )
     sse = b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nContent-Length: %d\r\n\r\n"
     server = await serve(answering(*[sse % len(events) + events] * 4))
-    up = ChatUpstream(server.url, client_pools=8)
+    up = chat_client(server.url, client_pools=8)
     try:
         for client in ("k1", "k2", "k1", "k2"):
             stream = await up.open({"model": "m", "messages": []}, client=client)

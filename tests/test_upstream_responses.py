@@ -35,6 +35,8 @@ from streamer.core.deltas import (
 )
 from streamer.core.errors import RequestError
 from streamer.core.lowering import LoweringOptions
+from streamer.core.output import OutputItemStreamer
+from streamer.core.response import new_response
 from streamer.core.responses_lowering import lower_responses
 from streamer.core.tools import ResponsesToolNames
 from streamer.upstream.chat.stream import EndCause
@@ -139,11 +141,15 @@ def test_items_without_deltas_pass_whole_with_the_gateways_ids() -> None:
             completed(),
         )
     )
-    whole = [d.item for d in deltas if isinstance(d, WholeItem)]
-    assert [w["type"] for w in whole] == ["web_search_call", "brand_new_item"]
-    assert whole[0]["id"].startswith("ws_") and whole[1]["id"].startswith("x_")
-    assert whole[0]["action"] == search["action"] and whole[1]["payload"] == [1, 2]
-    assert whole[0]["id"] != "ws_backend"
+    whole = [(d.item, d.key) for d in deltas if isinstance(d, WholeItem)]
+    assert whole == [(search, 0), (odd, 1)]  # by the backend's item: the streamer names them
+    streamer = OutputItemStreamer(ResponsesToolNames(), new_response({"model": "m"}))
+    events = [orjson.loads(e.data) for e in streamer.feed(deltas) + streamer.finish()]
+    items = [e["item"] for e in events if e["type"] == "response.output_item.done"]
+    assert [i["type"] for i in items] == ["web_search_call", "brand_new_item"]
+    assert items[0]["id"].startswith("ws_") and items[1]["id"].startswith("x_")
+    assert items[0]["action"] == search["action"] and items[1]["payload"] == [1, 2]
+    assert items[0]["id"] != "ws_backend"
 
 
 def test_encrypted_reasoning_is_kept_as_a_blob_delta() -> None:
@@ -587,18 +593,21 @@ async def test_background_mode_over_a_responses_backend() -> None:
 
 
 def test_hosted_tools_left_out_are_logged(caplog: pytest.LogCaptureFixture) -> None:
-    from streamer.backend_api import responses_api
+    from streamer.upstream.responses.kind import RESPONSES
 
     request = {"model": "m", "tools": TOOLS}
-    api = responses_api(PROFILES["llamacpp"])
-    with caplog.at_level("INFO", logger="streamer.backend_api"):
-        sent = api.lower(request, [], ResponsesToolNames.convert(TOOLS), LoweringOptions())
+    options = LoweringOptions(tools=PROFILES["llamacpp"])
+    with caplog.at_level("INFO", logger="streamer.upstream.responses"):
+        sent = RESPONSES.lower(request, [], ResponsesToolNames.convert(TOOLS), options)
     assert "web_search" not in {t["type"] for t in sent["tools"]}
     assert "hosted tools left out" in caplog.text and "web_search" in caplog.text
     caplog.clear()
-    with caplog.at_level("INFO", logger="streamer.backend_api"):
-        responses_api(PROFILES["openai"]).lower(
-            request, [], ResponsesToolNames.convert(TOOLS), LoweringOptions()
+    with caplog.at_level("INFO", logger="streamer.upstream.responses"):
+        RESPONSES.lower(
+            request,
+            [],
+            ResponsesToolNames.convert(TOOLS),
+            LoweringOptions(tools=PROFILES["openai"]),
         )
     assert "left out" not in caplog.text
 

@@ -6,10 +6,12 @@ each lane's latest pinned), without a socket or an event loop.
 
 from __future__ import annotations
 
+import sys
+
 import orjson
 
-from streamer.frontends.ws_queue import Admission, QueueBudget
-from streamer.frontends.ws_session import MAX_LANES, Refused, SessionRules, frame_size
+from streamer.frontends.ws_queue import Admission, QueueBudget, frame_cost
+from streamer.frontends.ws_session import MAX_LANES, Refused, SessionRules
 
 
 def rules(remember: int = 100, max_frames: int = 10, max_bytes: int = 10_000) -> SessionRules:
@@ -74,13 +76,15 @@ def test_a_closing_session_refuses_every_create() -> None:
 # -- budget and lanes -------------------------------------------------------------------
 
 
-def test_offer_counts_the_frame_as_received() -> None:
+def test_offer_charges_the_frame_what_it_holds_once_parsed() -> None:
     session = rules(max_frames=1)
     raw = create(input="x" * 100)
-    assert session.offer(raw) == (Admission.ACCEPT, len(raw))
-    assert session.offer(raw) == (Admission.REJECT, len(raw))  # one frame at most
+    cost = frame_cost(raw)
+    assert cost > len(raw)  # its objects as well as its text
+    assert session.offer(raw) == (Admission.ACCEPT, cost)
+    assert session.offer(raw) == (Admission.REJECT, cost)  # one frame at most
     text = raw.decode()
-    assert frame_size(text) > len(text)  # a str counts its own size, header included
+    assert frame_cost(text) > sys.getsizeof(text)  # a str: its own size, header included
 
 
 def test_the_first_frame_on_a_lane_asks_for_a_worker_the_next_ones_queue() -> None:

@@ -28,3 +28,7 @@ class BackendTools:
     """Readable reasoning items in `input` (vLLM, llama.cpp); else they are left out."""
     encrypted_reasoning: bool = False
     """It returns `encrypted_content` on reasoning items when asked (`include`)."""
+
+
+FLAT = BackendTools()
+"""Every tool a function (flattened with the naming core): what every backend takes."""

@@ -19,6 +19,7 @@ from typing import Any, Literal
 import orjson
 
 from streamer.core.errors import invalid
+from streamer.core.json_bounds import MAX_ITEM_DEPTH, loads_within
 
 ClientKind = Literal["shell", "apply_patch"]
 PATCH_OPERATIONS = ("create_file", "update_file", "delete_file")
@@ -82,9 +83,9 @@ class ClientTool:
     def call_fields(self, arguments: str) -> dict[str, Any]:
         """The call item's `field` from the arguments the backend gave the function."""
         try:
-            value = orjson.loads(arguments or "{}")
+            value = loads_within(arguments or "{}", MAX_ITEM_DEPTH - 1)
         except orjson.JSONDecodeError:
-            value = {}  # a call cut off mid-arguments: its status says so
+            value = {}  # a call cut off mid-arguments (its status says so), or too deep
         return {self.field: self.from_arguments(value if isinstance(value, dict) else {})}
 
     def status(self, status: str) -> str:

@@ -48,9 +48,31 @@ class ServiceTier:
 
 @dataclass(slots=True)
 class ReasoningDelta:
-    """A piece of raw reasoning (`reasoning_content` or `reasoning` in Chat chunks)."""
+    """A piece of reasoning: raw (`reasoning_content` or `reasoning` in Chat chunks, a
+    Responses backend's `reasoning_text`), or the summary part the last `ReasoningPart`
+    named."""
 
     text: str
+
+
+@dataclass(slots=True)
+class ReasoningPart:
+    """Where the reasoning text that follows goes: the backend's summary part
+    `summary_index`, or (None) the raw reasoning, the item's `reasoning_text` content.
+
+    Only a change starts a new part; a decoder sends one when the backend's part changes
+    (Chat backends stream raw reasoning only and never send one). Text only, never part of
+    a text delta: the scrubber and the per-token paths see plain `ReasoningDelta`s."""
+
+    summary_index: int | None = None
+
+
+@dataclass(slots=True)
+class Annotation:
+    """An annotation (a `url_citation`, ...) of the answer text streamed so far, in the
+    Responses shape (`{type: "url_citation", url, title, start_index, end_index}`)."""
+
+    annotation: dict[str, Any]
 
 
 @dataclass(slots=True)
@@ -109,25 +131,48 @@ class Usage:
 
 @dataclass(slots=True)
 class UpstreamError:
-    """The backend failed after the stream started (or sent an error payload)."""
+    """The backend failed after the stream started (or sent an error payload); `type` is
+    the backend's own error type, when it gave one."""
 
     code: str
     message: str
+    type: str | None = None
 
 
 @dataclass(slots=True)
 class WholeItem:
-    """An output item made whole by the gateway (a compaction): added and done at once."""
+    """An output item passed whole: made by the gateway (a compaction), or a backend's item
+    the gateway does not stream (a hosted call), `key` naming it as `ItemAdded` did (None:
+    none was). Done now, added first unless `ItemAdded` opened it."""
 
     item: dict[str, Any]
+    key: Any = None
+
+
+@dataclass(slots=True)
+class ItemAdded:
+    """A backend's item passed whole is added (its `output_item.added`): opened under the
+    gateway's id, so that its own events (`ForeignEvent`s with its `key`) follow it live,
+    until its `WholeItem`."""
+
+    item: dict[str, Any]
+    key: Any
+
+
+CURRENT = "<the item streaming now>"
+"""`ForeignEvent.key` of an event about an item the gateway streams itself (a message, a
+reasoning item, a call): it names the item the gateway has open."""
 
 
 @dataclass(slots=True)
 class ForeignEvent:
     """An event type the gateway does not know, from a backend that streams Responses
-    events: passed on as sent, with the gateway's `sequence_number`."""
+    events: passed on as sent, with the gateway's `sequence_number`, and, when it is about an
+    item (`key`: the backend's, or `CURRENT`), the gateway's `item_id` and `output_index`
+    of that item, after its `output_item.added` (held until then)."""
 
     event: dict[str, Any]
+    key: Any = None
 
 
 Delta = (
@@ -136,6 +181,8 @@ Delta = (
     | TextRun
     | ToolCallRun
     | ReasoningDelta
+    | ReasoningPart
+    | Annotation
     | ReasoningBlob
     | RefusalDelta
     | ToolCallDelta
@@ -143,6 +190,7 @@ Delta = (
     | Usage
     | UpstreamError
     | WholeItem
+    | ItemAdded
     | ForeignEvent
     | ServiceTier
 )

@@ -49,6 +49,44 @@ class RequestError(Exception):
         return f"RequestError({self.status}, {self.message!r}, param={self.param!r}, code={self.code!r})"
 
 
+# `error.code`s a client can act on: the spec's (`ResponseError.code`), plus the ones
+# Codex classifies itself (context window, quota, plan).
+FAILURE_CODES = frozenset(
+    {
+        "server_error", "rate_limit_exceeded", "invalid_prompt", "vector_store_timeout",
+        "invalid_image", "invalid_image_format", "invalid_base64_image", "invalid_image_url",
+        "image_too_large", "image_too_small", "image_parse_error",
+        "image_content_policy_violation", "invalid_image_mode", "image_file_too_large",
+        "unsupported_image_media_type", "empty_image_file", "failed_to_download_image",
+        "image_file_not_found", "context_length_exceeded", "insufficient_quota",
+        "usage_not_included",
+    }
+)  # fmt: skip
+# The `type` OpenAI gives each of those codes in its error bodies; any other is a request's.
+_CODE_TYPES = {
+    "server_error": "server_error",
+    "vector_store_timeout": "server_error",
+    "rate_limit_exceeded": "requests",
+    "insufficient_quota": "insufficient_quota",
+}
+
+
+def failure(code: str, message: str, type: str | None = None) -> dict[str, Any]:
+    """A failed Response's `error`: `{code, message, type}`.
+
+    `code` stays when clients know it (FAILURE_CODES), with the backend's own `type` if it
+    gave one, else the code's; any other code becomes `server_error`, the original kept as
+    the `type` (what operators count failures by; a generic backend type would hide it).
+    `type` is always there: the Vercel AI SDK rejects a Response whose error has none."""
+    if code not in FAILURE_CODES:
+        return {"code": "server_error", "message": message, "type": code}
+    return {
+        "code": code,
+        "message": message,
+        "type": type or _CODE_TYPES.get(code, "invalid_request_error"),
+    }
+
+
 def invalid(message: str, param: str | None = None, code: str | None = None) -> RequestError:
     """A 400 `invalid_request_error`."""
     return RequestError(message, param=param, code=code)

@@ -17,22 +17,6 @@ ROLES = ("user", "assistant", "system", "developer")
 TEXT_PARTS = ("input_text", "output_text", "text")
 MESSAGE_PARTS = (*TEXT_PARTS, "refusal", "input_image", "input_file")
 OUTPUT_PARTS = (*TEXT_PARTS, "input_image", "input_file")
-CALL_TYPES = (
-    "function_call",
-    "custom_tool_call",
-    "tool_search_call",
-    "local_shell_call",
-    "shell_call",
-    "apply_patch_call",
-)
-OUTPUT_TYPES = (
-    "function_call_output",
-    "custom_tool_call_output",
-    "tool_search_output",
-    "local_shell_call_output",
-    "shell_call_output",
-    "apply_patch_call_output",
-)
 
 
 def normalize_input(value: Any) -> list[dict[str, Any]]:

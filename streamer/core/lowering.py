@@ -25,11 +25,11 @@ from typing import Any, Literal
 
 import orjson
 
-from streamer.core.client_tools import BY_CALL_TYPE, BY_OUTPUT_TYPE
+from streamer.core.backend_tools import FLAT, BackendTools
+from streamer.core.call_kinds import BY_CALL_TYPE, CALL_TYPES, FUNCTION, OUTPUT_TYPES
+from streamer.core.client_tools import BY_OUTPUT_TYPE as CLIENT_OUTPUTS
 from streamer.core.errors import invalid
 from streamer.core.input_items import (
-    CALL_TYPES,
-    OUTPUT_TYPES,
     TEXT_PARTS,
     normalize_input,
     output_call_id,
@@ -88,6 +88,15 @@ class LoweringOptions:
     """Optional Chat parameters the backend takes (`request_fields.OPTIONAL_PARAMS`)."""
     profile: str = ""
     """The backend profile's name, for messages."""
+    tools: BackendTools = FLAT
+    """The tool forms the backend takes as they are (its kind's row for the profile); the
+    Chat lowering flattens every tool to a function whatever it says."""
+    max_output_tokens: int | None = None
+    """The model's output token limit when the request gives none (`max_output_tokens` in
+    `--config` or `--model-metadata`): sent by the kinds that require one (Anthropic's)."""
+    output_limits: tuple[tuple[str, int], ...] = ()
+    """The same by the request's `model`, for a catch-all model (`--model-metadata`'s own
+    entries); the request's model found here wins over `max_output_tokens`."""
 
 
 def lower(
@@ -215,26 +224,11 @@ class _Messages:
         return [{"role": "system", "content": "\n\n".join(self.leading)}]
 
     def tool_call(self, index: int, item: dict[str, Any]) -> dict[str, Any]:
-        kind = item["type"]
-        raw = item.get("arguments")
-        if kind == "function_call":
-            flat = self.names.encode(item.get("namespace") or None, item["name"], "function")
-            arguments = self.whole_arguments(raw or "", item)
-        elif kind == "custom_tool_call":
-            flat = self.names.encode(item.get("namespace") or None, item["name"], "custom")
-            arguments = _json({"input": item.get("input") or ""}, f"input[{index}].input")
-        elif kind == "local_shell_call":  # its action is the function's arguments
-            flat = self.names.encode(None, "local_shell", "local_shell")
-            action = {k: v for k, v in item["action"].items() if k != "type" and v is not None}
-            arguments = _json(action, f"input[{index}].action")
-        elif kind in BY_CALL_TYPE:  # shell_call, apply_patch_call: the function's arguments
-            client = BY_CALL_TYPE[kind]
-            flat = self.names.encode(None, client.kind, client.kind)
-            arguments = _json(client.replay_arguments(item), f"input[{index}].{client.field}")
-        else:  # tool_search_call
-            flat = self.search_name()
-            path = f"input[{index}].arguments"
-            arguments = raw if isinstance(raw, str) else _json(raw or {}, path)
+        """A history call item as the assistant's function call (its kind's row says how)."""
+        row = BY_CALL_TYPE[item["type"]]
+        flat, arguments = row.as_function(self.names, index, item)
+        if row is FUNCTION:
+            arguments = self.whole_arguments(arguments, item)
         if not arguments.strip():
             arguments = "{}"  # vLLM parses replayed arguments as JSON
         call_id = item.get("call_id")
@@ -259,17 +253,11 @@ class _Messages:
             return "{}"
         return arguments
 
-    def search_name(self) -> str:
-        for tool in self.names.tools:
-            if tool.identity.kind == "tool_search":
-                return tool.name
-        return self.names.encode(None, "tool_search", "tool_search")
-
     def result(self, item: dict[str, Any]) -> tuple[str, list[dict[str, Any]]]:
         """A tool message's text, and the images/files that go in the user message after it."""
         if item["type"] == "tool_search_output":
             return self.loaded_tools(item.get("tools") or []), []
-        client = BY_OUTPUT_TYPE.get(item["type"])
+        client = CLIENT_OUTPUTS.get(item["type"])
         if client is not None:  # shell and apply_patch outputs are not content parts
             return client.render_output(item), []
         output = item["output"]

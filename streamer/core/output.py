@@ -27,14 +27,18 @@ from typing import Any
 
 import orjson
 
-from streamer.core.client_tools import BY_CALL_TYPE
+from streamer.core.call_kinds import ARGUMENTS_DELTA, BY_CALL_TYPE, new_call_item
 from streamer.core.deltas import (
+    CURRENT,
+    Annotation,
     Delta,
     Finish,
     ForeignEvent,
+    ItemAdded,
     LoggedText,
     ReasoningBlob,
     ReasoningDelta,
+    ReasoningPart,
     RefusalDelta,
     ServiceTier,
     TextDelta,
@@ -45,9 +49,9 @@ from streamer.core.deltas import (
     Usage,
     WholeItem,
 )
+from streamer.core.errors import failure
 from streamer.core.events import Event
 from streamer.core.output_items import (
-    FAILURE_CODES,
     INCOMPLETE,
     LIMIT_REASON,
     Call,
@@ -55,15 +59,11 @@ from streamer.core.output_items import (
     Item,
     OutputLimits,
     Part,
-    custom_input,
     empty_part,
-    json_object,
-    local_shell_action,
-    new_call_item,
     new_item,
     part_done,
-    wants_summary,
 )
+from streamer.core.passing import PassedItems, item_type_of, named
 from streamer.core.response import new_id, usage_object
 from streamer.core.tools import ResponsesToolNames
 
@@ -72,7 +72,6 @@ _loads = orjson.loads
 # `Event(...)` goes through the NamedTuple's Python-level __new__; this is the C one
 # (0.1 us an event; tests/test_output_fast_path.py compares the events either way).
 _event = tuple.__new__
-ARGUMENTS_DELTA = "response.function_call_arguments.delta"
 # The part kind each text delta goes to, and the item and delta event type of that kind.
 _PART_KINDS: dict[type, str] = {
     TextDelta: "output_text",
@@ -86,9 +85,7 @@ _PART_HOMES = {
     "reasoning_text": ("reasoning", "response.reasoning_text.delta"),
     "summary_text": ("reasoning", "response.reasoning_summary_text.delta"),
 }
-# With `reasoning.summary` asked for, reasoning streams as a summary part (what the Vercel
-# AI SDK and LiteLLM read); its `reasoning_text` content follows whole when the part closes.
-_SUMMARY_KINDS = {**_PART_KINDS, ReasoningDelta: "summary_text"}
+_REASONING_KINDS = ("reasoning_text", "summary_text")
 
 
 _PART_ADDED = {False: "response.content_part.added", True: "response.reasoning_summary_part.added"}
@@ -138,7 +135,11 @@ class OutputItemStreamer:
         self._items_left = limits.max_items
         # The limit the backend's answer went past ("max_output_bytes"/"max_output_items").
         self.exceeded: str | None = None
-        self._kinds = _SUMMARY_KINDS if wants_summary(response) else _PART_KINDS
+        # the backend's summary part the reasoning text goes to (None: the raw reasoning,
+        # `reasoning_text` content); only a Responses backend names one (`ReasoningPart`)
+        self._summary: int | None = None
+        # a backend's items passed whole, and their events (made when the first comes)
+        self._passing: PassedItems | None = None
         # the handlers are the class's (HANDLERS): a table of bound methods here would make
         # every turn a reference cycle, freed only by the collector, turns after it ended
         self._handlers = HANDLERS
@@ -250,20 +251,14 @@ class OutputItemStreamer:
         self._terminal("incomplete", "response.incomplete")
         return self._take()
 
-    def fail(self, code: str, message: str) -> list[Event]:
-        """End with `response.failed` and `error: {code, message}`.
-
-        `code` stays when clients know it (the spec's codes, and the ones Codex acts on);
-        any other becomes `server_error`, keeping the original in `type`.
-        """
-        self._fail(code, message)
+    def fail(self, code: str, message: str, type: str | None = None) -> list[Event]:
+        """End with `response.failed` and `error: {code, message, type}` (core/errors.py's
+        `failure`: a code clients know, the original kept as the type)."""
+        self._fail(code, message, type)
         return self._take()
 
-    def _fail(self, code: str, message: str) -> None:
-        error: dict[str, Any] = {"code": code, "message": message}
-        if code not in FAILURE_CODES:
-            error = {"code": "server_error", "message": message, "type": code}
-        self._end("failed", error)
+    def _fail(self, code: str, message: str, type: str | None = None) -> None:
+        self._end("failed", failure(code, message, type))
 
     def cancel(self) -> list[Event]:
         """A cancelled background turn: `response.failed` whose response is `cancelled`.
@@ -289,7 +284,9 @@ class OutputItemStreamer:
         text = self._fit(delta.text)
         if not text:
             return
-        kind = self._kinds[delta.__class__]
+        kind = _PART_KINDS[delta.__class__]
+        if self._summary is not None and kind == "reasoning_text":
+            kind = "summary_text"
         logprobs = delta.logprobs if delta.__class__ is LoggedText else None
         hot = self._hot
         if hot is not None and hot.kind == kind:
@@ -358,34 +355,163 @@ class OutputItemStreamer:
         self.response["service_tier"] = delta.tier  # the echo says the tier that served it
 
     def _on_error(self, delta: UpstreamError) -> None:
-        self._fail(delta.code, delta.message)
+        self._fail(delta.code, delta.message, delta.type)
+
+    def _on_reasoning_part(self, delta: ReasoningPart) -> None:
+        """The reasoning text from here on goes to another part (a summary part of the
+        backend's, or the raw reasoning): the open reasoning part is done."""
+        if self._calls:
+            self._deferred.append(delta)  # in order with the text it comes before
+            return
+        self._summary = delta.summary_index
+        item = self._open
+        if item is not None and item.part is not None and item.part.kind in _REASONING_KINDS:
+            self._close_part(item)
+
+    def _on_annotation(self, delta: Annotation) -> None:
+        """An annotation of the answer's text: into the open `output_text` part (one is
+        opened for it if none is), with its `annotation_index` there."""
+        if self._calls:
+            self._deferred.append(delta)
+            return
+        if not self._charge(len(_dumps(delta.annotation))):
+            return
+        item = self._open
+        if item is None or item.item["type"] != "message":
+            if not self._new_item():
+                return
+            self._close_open("completed")
+            item = self._open_item("message")
+        part = item.part
+        if part is None or part.kind != "output_text":
+            part = self._open_part(item, "output_text", "response.output_text.delta")
+        self._hot = part
+        self._event(
+            {
+                "type": "response.output_text.annotation.added",
+                **part.where,
+                "annotation_index": len(part.annotations),
+                "annotation": delta.annotation,
+            }
+        )
+        part.annotations.append(delta.annotation)
 
     def _on_reasoning_blob(self, delta: ReasoningBlob) -> None:
         """The backend's blob for its reasoning: sealed with the item's text when it closes
-        (a reasoning item of its own if none is open); without sealing, left out."""
+        (a reasoning item of its own if none is open; after the calls, with the reasoning
+        held with it, while calls are open); without sealing, left out."""
         if self._seal_reasoning is None:
             return
         item = self._open
         if item is None or item.item["type"] != "reasoning":
-            if self._calls or not self._new_item():
+            if self._calls:
+                self._deferred.append(delta)
+                return
+            if not self._new_item():
                 return
             self._close_open("completed")
             self._open_item("reasoning")
         self._blob = delta.encrypted_content
 
-    def _on_whole_item(self, delta: WholeItem) -> None:
-        """An item made whole (a compaction): `output_item.added` and `.done` at once."""
+    def _on_item_added(self, delta: ItemAdded) -> None:
+        """A backend's item passed whole is added: open under its gateway id (the item's
+        own), its events held so far after it."""
+        if self._calls:
+            self._deferred.append(delta)
+            return
         if not self._new_item():
             return
         self._close_open("completed")
-        item, output_index = delta.item, len(self._output)
-        for event_type in ("response.output_item.added", "response.output_item.done"):
-            self._event({"type": event_type, "output_index": output_index, "item": item})
+        item = self._open_item_as(self._own_id(delta.item))
+        for event in self._passed().opened(delta.key, item.id, item.output_index):
+            self._event(event)
+
+    def _on_whole_item(self, delta: WholeItem) -> None:
+        """An item passed whole (a compaction, a backend's hosted call): done now, added
+        first unless `ItemAdded` opened it (then it closes that one)."""
+        if self._calls:
+            self._deferred.append(delta)
+            return
+        opened = self._open
+        where = self._passed().where(delta.key) if delta.key is not None else None
+        if opened is None or where is None or where != (opened.id, opened.output_index):
+            if not self._new_item():
+                return
+            self._close_open("completed")
+            opened = self._open_item_as(
+                self._own_id(delta.item) if delta.key is not None else delta.item
+            )
+            for event in self._passed().opened(delta.key, opened.id, opened.output_index):
+                self._event(event)
+        item = {**delta.item, "id": opened.id}
+        self._open = None
         self._output.append(item)
+        self._event(
+            {"type": "response.output_item.done", "output_index": opened.output_index, "item": item}
+        )
+
+    def _own_id(self, item: dict[str, Any]) -> dict[str, Any]:
+        """A backend's item under an id of the gateway's (the backend's prefix kept)."""
+        raw = item.get("id")
+        prefix = raw.partition("_")[0][:8] if isinstance(raw, str) and "_" in raw else ""
+        return {**item, "id": self._make_id(prefix or "item")}
+
+    def _passed(self) -> PassedItems:
+        passing = self._passing
+        if passing is None:
+            passing = self._passing = PassedItems()
+        return passing
+
+    def _open_item_as(self, body: dict[str, Any]) -> Item:
+        """`output_item.added` for an item given whole (its id the gateway's own)."""
+        item = self._open = Item(body, len(self._output))
+        self._event(
+            {"type": "response.output_item.added", "output_index": item.output_index, "item": body}
+        )
+        return item
 
     def _on_foreign(self, delta: ForeignEvent) -> None:
-        """An event type this gateway does not know: it survives, in stream order."""
-        self._event(dict(delta.event))
+        """An event type this gateway does not know: it survives, in stream order, naming
+        the gateway's item when it is about one (held until the gateway has added it)."""
+        key = delta.key
+        if key is None:
+            self._event(dict(delta.event))
+        elif key is CURRENT:
+            where = self._streaming()
+            if where is None:
+                if self._charge(len(_dumps(delta.event))):
+                    self._passed().hold(delta.event, key)
+            else:
+                self._event(named(delta.event, *where))
+        elif self._calls:
+            self._deferred.append(delta)
+        elif self._charge(len(_dumps(delta.event))):
+            event = self._passed().event(delta.event, key)
+            if event is not None:
+                self._event(event)
+
+    def _streaming(self) -> tuple[str, int] | None:
+        """The gateway's id and output index of the item it is streaming now (the open
+        item, else the call streaming live, else the last item done), if any."""
+        if self._open is not None:
+            return self._open.id, self._open.output_index
+        live = self._live
+        if live is not None and live.item is not None:
+            return live.item["id"], len(self._output)
+        if self._output:
+            return self._output[-1]["id"], len(self._output) - 1
+        return None
+
+    def _orphans(self, status: str) -> None:
+        """Events held for items that never came: each item opened for them at the end
+        (its type from the events' own), so that they are never dropped."""
+        for _key, events in self._passed().orphans():
+            body = {"id": self._make_id("item"), "type": item_type_of(events[0]["type"])}
+            item = self._open_item_as(body)
+            for event in events:
+                self._event(named(event, item.id, item.output_index))
+            self._open = None
+            self._done_item(body, item.output_index, status)
 
     # -- limits -------------------------------------------------------------------
 
@@ -399,6 +525,16 @@ class OutputItemStreamer:
         self._left = 0
         self.exceeded = "max_output_bytes"
         return text
+
+    def _charge(self, n: int) -> bool:
+        """Count `n` characters held for the client (an annotation, a held event) against
+        the output limit; False past it (then `exceeded` is set)."""
+        if n <= self._left:
+            self._left -= n
+            return True
+        self._left = 0
+        self.exceeded = "max_output_bytes"
+        return False
 
     def _new_item(self) -> bool:
         """Count one more output item (or held call); False past the limit."""
@@ -535,16 +671,11 @@ class OutputItemStreamer:
             "output_index": item.output_index,
             ("summary_index" if summary else "content_index"): part.index,
         }
-        done, full = part_done(part.kind, text, part.logprobs)
+        done, full = part_done(part.kind, text, part.logprobs, part.annotations)
         self._event({**done, **where})
         self._event({"type": _PART_DONE[summary], **where, "part": full})
         item.item["summary" if summary else "content"].append(full)
         item.part = self._hot = None
-        if summary:  # the same reasoning as `reasoning_text` content, whole (Codex reads it)
-            raw = self._open_part(item, "reasoning_text", "response.reasoning_text.delta")
-            raw.text.write(text)
-            self._delta(raw.delta, text)
-            self._close_part(item)
 
     def _close_open(self, status: str) -> None:
         item = self._open
@@ -583,31 +714,21 @@ class OutputItemStreamer:
         call.args = [arguments]  # held once from here on: the item and the events share it
         output_index = len(self._output)
         where = {"item_id": item["id"], "output_index": output_index}
-        if item["type"] == "function_call":
-            if call is not self._live and arguments:
-                self._delta(DeltaTemplate(ARGUMENTS_DELTA, where), arguments)
-            item["arguments"] = arguments
-            done = {
-                "type": "response.function_call_arguments.done",
-                **where,
-                "arguments": arguments,
-            }
-            done["name"] = item["name"]
-            if "namespace" in item:
-                done["namespace"] = item["namespace"]
-            self._event(done)
-        elif item["type"] == "custom_tool_call":
-            text = custom_input(arguments)
-            if text:
-                self._delta(DeltaTemplate("response.custom_tool_call_input.delta", where), text)
-            self._event({"type": "response.custom_tool_call_input.done", **where, "input": text})
-            item["input"] = text
-        elif item["type"] == "local_shell_call":
-            item["action"] = local_shell_action(arguments)
-        elif item["type"] in BY_CALL_TYPE:  # shell, apply_patch: added whole
-            status = BY_CALL_TYPE[item["type"]].status(status)
+        row = BY_CALL_TYPE[item["type"]]
+        if row.lifted is None:  # shell, apply_patch: added whole
+            status = row.status(status)
         else:
-            item["arguments"] = json_object(arguments)
+            value = item[row.field] = row.lifted(arguments)
+            if row.events is not None:  # function arguments, custom input: their events
+                delta_type, done_type = row.events
+                if value and call is not self._live:  # a live call's are out already
+                    self._delta(DeltaTemplate(delta_type, where), value)
+                done = {"type": done_type, **where, row.field: value}
+                if row.done_named:
+                    done["name"] = item["name"]
+                    if "namespace" in item:
+                        done["namespace"] = item["namespace"]
+                self._event(done)
         call.emitted = True
         self._done_item(item, output_index, status)
 
@@ -633,6 +754,8 @@ class OutputItemStreamer:
             for delta in deferred:
                 self._handlers[type(delta)](self, delta)
             self._close_open(status)
+        if self._passing is not None:
+            self._orphans(status)
 
     @staticmethod
     def _call_status(call: Call, status: str) -> str:
@@ -707,7 +830,10 @@ HANDLERS: dict[type, Callable[[OutputItemStreamer, Any], None]] = {
     Usage: _S._on_usage,
     UpstreamError: _S._on_error,
     WholeItem: _S._on_whole_item,
+    ItemAdded: _S._on_item_added,
     ForeignEvent: _S._on_foreign,
+    ReasoningPart: _S._on_reasoning_part,
+    Annotation: _S._on_annotation,
     ReasoningBlob: _S._on_reasoning_blob,
     ServiceTier: _S._on_service_tier,
 }

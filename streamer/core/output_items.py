@@ -1,38 +1,21 @@
 """The pieces `OutputItemStreamer` assembles output items from (pure).
 
-Open parts, items and buffered tool calls, and the small conversions between the
-backend's view of a call and the client's: public names, custom-tool input, tool-search
-arguments, and the failure codes clients act on.
+Open parts, items and buffered tool calls, part shapes, and the failure codes clients act
+on; a call's item is its kind's row (streamer/core/call_kinds.py).
 """
 
 from __future__ import annotations
 
-import re
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from itertools import repeat
 from typing import Any
 
 import orjson
 
-from streamer.core.client_tools import CLIENT_TOOLS
 from streamer.core.events import Event
-from streamer.core.tools import ToolIdentity
 
 _new = tuple.__new__  # Event's C-level constructor (see output.py)
 
-# `error.code`s a client can act on: the spec's (`ResponseError.code`), plus the ones
-# Codex classifies itself (context window, quota, plan).
-FAILURE_CODES = frozenset(
-    {
-        "server_error", "rate_limit_exceeded", "invalid_prompt", "vector_store_timeout",
-        "invalid_image", "invalid_image_format", "invalid_base64_image", "invalid_image_url",
-        "image_too_large", "image_too_small", "image_parse_error",
-        "image_content_policy_violation", "invalid_image_mode", "image_file_too_large",
-        "unsupported_image_media_type", "empty_image_file", "failed_to_download_image",
-        "image_file_not_found", "context_length_exceeded", "insufficient_quota",
-        "usage_not_included",
-    }
-)  # fmt: skip
 
 # Finish reasons that end the response `incomplete`, and the reason they report.
 INCOMPLETE = {"length": "max_output_tokens", "content_filter": "content_filter"}
@@ -90,7 +73,7 @@ class DeltaTemplate:
 class Part:
     """The open content part of a message or reasoning item."""
 
-    __slots__ = ("delta", "index", "kind", "logprobs", "text", "where")
+    __slots__ = ("annotations", "delta", "index", "kind", "logprobs", "text", "where")
 
     def __init__(
         self, kind: str, index: int, delta_type: str, item_id: str, output_index: int
@@ -103,6 +86,7 @@ class Part:
             ("summary_index" if kind == "summary_text" else "content_index"): index,
         }
         self.logprobs: list[dict[str, Any]] = []  # the tokens' logprobs, when asked for
+        self.annotations: list[dict[str, Any]] = []  # an output_text's citations, in order
         where = {**self.where, "logprobs": []} if kind == "output_text" else self.where
         self.delta = DeltaTemplate(delta_type, where)
         self.text = TextBuffer()
@@ -163,93 +147,12 @@ class Call:
         self.emitted = False  # output_item.done went out
 
 
-def public_name(identity: ToolIdentity) -> dict[str, str]:
-    """`name`, plus `namespace` for namespaced identities: what Codex routes on."""
-    if identity.namespace is None:
-        return {"name": identity.name}
-    return {"name": identity.name, "namespace": identity.namespace}
-
-
 def empty_part(kind: str) -> dict[str, Any]:
     if kind == "output_text":
         return {"type": "output_text", "text": "", "annotations": [], "logprobs": []}
     if kind == "refusal":
         return {"type": "refusal", "refusal": ""}
     return {"type": kind, "text": ""}  # reasoning_text, summary_text
-
-
-def custom_input(arguments: str) -> str:
-    """A custom tool's raw input from its function wrapper's `{"input": ...}` arguments.
-
-    Models sometimes answer the wrapper with the raw text instead of JSON; keep it.
-    """
-    try:
-        value = orjson.loads(arguments)
-    except orjson.JSONDecodeError:
-        return _cut_input(arguments)
-    if isinstance(value, dict) and isinstance(value.get("input"), str):
-        return value["input"]
-    return arguments
-
-
-_CUT_INPUT = re.compile(r'\s*\{\s*"input"\s*:\s*"')
-_LONGEST_ESCAPE = 6  # `\uXXXX`: what a cut may leave of an escape
-
-
-def _cut_input(arguments: str) -> str:
-    """The input string so far of a wrapper cut off inside it (`{"input": "abc`), else the
-    raw text (a model that answered the wrapper with the raw input)."""
-    start = _CUT_INPUT.match(arguments)
-    if start is None:
-        return arguments
-    body = arguments[start.end() :]
-    for cut in range(_LONGEST_ESCAPE + 1):
-        head = body[: len(body) - cut]
-        for end in ('"', ""):
-            try:
-                value = orjson.loads('"' + head + end)
-            except orjson.JSONDecodeError:
-                continue
-            if isinstance(value, str):
-                return value
-    return arguments
-
-
-def local_shell_action(arguments: str) -> dict[str, Any]:
-    """A `local_shell_call`'s action (OpenAI's `LocalShellCallAction`) from the arguments the
-    backend gave its function: `command` as a list of strings (a model that sent one string
-    gets it run by `bash -lc`), `env` always an object, the optional fields when well typed."""
-    args = json_object(arguments)
-    command = args.get("command")
-    if isinstance(command, str):
-        command = ["bash", "-lc", command]
-    elif isinstance(command, list):
-        command = [
-            part if isinstance(part, str) else orjson.dumps(part).decode() for part in command
-        ]
-    else:
-        command = []
-    env = args.get("env")
-    env = (
-        {str(k): v if isinstance(v, str) else str(v) for k, v in env.items()}
-        if isinstance(env, dict)
-        else {}
-    )
-    action: dict[str, Any] = {"type": "exec", "command": command, "env": env}
-    for key, kind in (("working_directory", str), ("timeout_ms", int), ("user", str)):
-        value = args.get(key)
-        if isinstance(value, kind) and not isinstance(value, bool):
-            action[key] = value
-    return action
-
-
-def json_object(arguments: str) -> Any:
-    """Tool-search arguments travel as a JSON object, not a string."""
-    try:
-        value = orjson.loads(arguments or "{}")
-    except orjson.JSONDecodeError:
-        return {"query": arguments}
-    return value if isinstance(value, dict) else {"query": value}
 
 
 def new_item(item_type: str, make_id: Callable[[str], str]) -> dict[str, Any]:
@@ -271,44 +174,25 @@ def new_item(item_type: str, make_id: Callable[[str], str]) -> dict[str, Any]:
     }
 
 
-def new_call_item(
-    identity: ToolIdentity,
-    call_id: str,
-    make_id: Callable[[str], str],
-    args: Sequence[str] = (),
-) -> dict[str, Any]:
-    """The output item for a call, by the kind of tool its flat name decodes to. A shell or
-    apply_patch call is added whole (it never streams live): `args` are its arguments."""
-    item: dict[str, Any]
-    client = CLIENT_TOOLS.get(identity.kind)
-    if client is not None:
-        item = {"id": make_id(client.id_prefix), "type": client.call_type}
-        item.update(status="in_progress", call_id=call_id, **client.call_fields("".join(args)))
-    elif identity.kind == "custom":
-        item = {"id": make_id("ctc"), "type": "custom_tool_call", "status": "in_progress"}
-        item.update(call_id=call_id, input="", **public_name(identity))
-    elif identity.kind == "tool_search":
-        item = {"id": make_id("tsc"), "type": "tool_search_call", "status": "in_progress"}
-        item.update(call_id=call_id, execution="client", arguments={})
-    elif identity.kind == "local_shell":
-        item = {"id": make_id("lsh"), "type": "local_shell_call", "status": "in_progress"}
-        item.update(call_id=call_id, action={"type": "exec", "command": [], "env": {}})
-    else:
-        item = {"id": make_id("fc"), "type": "function_call", "status": "in_progress"}
-        item.update(arguments="", call_id=call_id, **public_name(identity))
-    return item
-
-
 def part_done(
-    kind: str, text: str, logprobs: list[dict[str, Any]] | None = None
+    kind: str,
+    text: str,
+    logprobs: list[dict[str, Any]] | None = None,
+    annotations: list[dict[str, Any]] | None = None,
 ) -> tuple[dict[str, Any], dict[str, Any]]:
     """A finished part's `*.done` event (without its location) and the part itself;
     an output_text part carries its tokens' `logprobs` (the done event and the part alike,
-    `bytes` included: Open Responses requires them; the SDK's event type ignores them)."""
+    `bytes` included: Open Responses requires them; the SDK's event type ignores them) and
+    its `annotations`."""
     if kind == "output_text":
         entries = logprobs or []
         done = {"type": "response.output_text.done", "text": text, "logprobs": entries}
-        part = {"type": "output_text", "text": text, "annotations": [], "logprobs": entries}
+        part = {
+            "type": "output_text",
+            "text": text,
+            "annotations": annotations or [],
+            "logprobs": entries,
+        }
         return done, part
     if kind == "refusal":
         return {"type": "response.refusal.done", "refusal": text}, {
@@ -327,10 +211,5 @@ def part_done(
 
 
 SUMMARIES = ("auto", "concise", "detailed")
-"""`reasoning.summary` values that ask for the reasoning as `summary_text` parts."""
-
-
-def wants_summary(response: dict[str, Any]) -> bool:
-    """Whether the request (as the Response echoes it) asked for reasoning summaries."""
-    reasoning = response.get("reasoning")
-    return isinstance(reasoning, dict) and reasoning.get("summary") in SUMMARIES
+"""The `reasoning.summary` values a request may ask for (a Responses backend then sends its
+summary parts; a Chat backend has none to send)."""

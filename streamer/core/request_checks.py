@@ -10,9 +10,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from streamer.core.errors import invalid
+from streamer.core.errors import RequestError, invalid
 from streamer.core.output_items import SUMMARIES
-from streamer.core.request_fields import check_fields
+from streamer.core.request_fields import MAX_TOP_LOGPROBS, check_fields
 
 _TYPES: tuple[tuple[str, type | tuple[type, ...], str], ...] = (
     ("model", str, "a string"),
@@ -50,8 +50,23 @@ _TYPES: tuple[tuple[str, type | tuple[type, ...], str], ...] = (
     ("text.verbosity", str, "a string"),
 )
 _TRUNCATION = ("auto", "disabled")
-# Numbers OpenAI bounds, with its bounds (a value outside is a 400 naming the field).
-_RANGES = (("presence_penalty", -2.0, 2.0), ("frequency_penalty", -2.0, 2.0))
+# Numbers OpenAI bounds (its API reference, the openai SDK's types), with its bounds: a value
+# outside is a 400 naming the field, with OpenAI's message and code (`decimal_*` for the
+# number fields, `integer_*` for the integer ones). None: no bound on that side.
+_RANGES: tuple[tuple[str, float | None, float | None], ...] = (
+    ("temperature", 0, 2),
+    ("top_p", 0, 1),
+    ("presence_penalty", -2, 2),
+    ("frequency_penalty", -2, 2),
+    ("max_output_tokens", 16, None),
+    ("max_tool_calls", 1, None),
+    ("top_logprobs", 0, MAX_TOP_LOGPROBS),
+)
+_INTEGERS = frozenset(name for name, kind, _ in _TYPES if kind is int)
+# Strings OpenAI bounds by length, in characters (`input` when it is one string).
+_LENGTHS = (("input", 10_485_760), ("prompt_cache_key", 64), ("safety_identifier", 128))
+# `metadata`: at most 16 pairs, keys of at most 64 characters, values of at most 512.
+MAX_METADATA_PAIRS, MAX_METADATA_KEY, MAX_METADATA_VALUE = 16, 64, 512
 _FORMATS = ("text", "json_object", "json_schema")
 # Parameters that need OpenAI-hosted state this gateway does not have.
 _UNSUPPORTED = (
@@ -117,21 +132,68 @@ def _check_format(fmt: dict[str, Any]) -> None:
 
 
 def _check_ranges(body: dict[str, Any]) -> None:
-    """Numbers within OpenAI's bounds, with its message and code (types are checked first)."""
+    """Numbers within OpenAI's bounds and strings within its lengths, with its messages and
+    codes (types are checked first)."""
     for name, low, high in _RANGES:
         value = body.get(name)
-        if value is not None and value < low:
-            what, bound, code = "below minimum", f">= {low:g}", "decimal_below_min_value"
-        elif value is not None and value > high:
-            what, bound, code = "above maximum", f"<= {high:g}", "decimal_above_max_value"
+        if value is None:
+            continue
+        kind = "integer" if name in _INTEGERS else "decimal"
+        if low is not None and value < low:
+            what, bound, code = "below minimum", f">= {low:g}", f"{kind}_below_min_value"
+        elif high is not None and value > high:
+            what, bound, code = "above maximum", f"<= {high:g}", f"{kind}_above_max_value"
         else:
             continue
         raise invalid(
-            f"Invalid '{name}': decimal {what} value. "
+            f"Invalid '{name}': {kind} {what} value. "
             f"Expected a value {bound}, but got {value} instead.",
             name,
             code,
         )
+    for name, longest in _LENGTHS:
+        value = body.get(name)
+        if isinstance(value, str) and len(value) > longest:
+            raise _too_long(name, value, longest)
+
+
+def _too_long(param: str, value: str, longest: int) -> RequestError:
+    return invalid(
+        f"Invalid '{param}': string too long. Expected a string with maximum length "
+        f"{longest}, but got a string with length {len(value)} instead.",
+        param,
+        "string_above_max_length",
+    )
+
+
+def check_metadata(metadata: dict[str, Any]) -> None:
+    """`metadata` as OpenAI bounds it (a Response's, a conversation's): at most 16 pairs of
+    strings, keys of at most 64 characters, values of at most 512."""
+    if len(metadata) > MAX_METADATA_PAIRS:
+        raise invalid(
+            f"Invalid 'metadata': too many properties. Expected an object with at most "
+            f"{MAX_METADATA_PAIRS} properties, but got an object with {len(metadata)} "
+            "properties instead.",
+            "metadata",
+            "object_above_max_properties",
+        )
+    for key, value in metadata.items():
+        if not isinstance(value, str):
+            raise invalid(
+                f"Invalid type for 'metadata.{key}': expected a string.",
+                f"metadata.{key}",
+                "invalid_type",
+            )
+        if len(key) > MAX_METADATA_KEY:
+            raise invalid(
+                f"Invalid property name in 'metadata': '{key}' is too long. Expected a string "
+                f"with maximum length {MAX_METADATA_KEY}, but got a string with length "
+                f"{len(key)} instead.",
+                f"metadata.{key}",
+                "property_name_above_max_length",
+            )
+        if len(value) > MAX_METADATA_VALUE:
+            raise _too_long(f"metadata.{key}", value, MAX_METADATA_VALUE)
 
 
 def validate_request(body: Any, *, model_required: bool = True) -> dict[str, Any]:
@@ -162,13 +224,7 @@ def validate_request(body: Any, *, model_required: bool = True) -> dict[str, Any
     fmt = _field(body, "text.format")
     if fmt is not None:
         _check_format(fmt)
-    for key, value in (body.get("metadata") or {}).items():
-        if not isinstance(value, str):
-            raise invalid(
-                f"Invalid type for 'metadata.{key}': expected a string.",
-                f"metadata.{key}",
-                "invalid_type",
-            )
+    check_metadata(body.get("metadata") or {})
     if model_required and not body.get("model"):
         raise invalid("Missing required parameter: 'model'.", "model", "missing_required_parameter")
     if body.get("previous_response_id") and body.get("conversation"):

@@ -65,12 +65,6 @@ def check_fields(request: Mapping[str, Any]) -> None:
         if not isinstance(value, str) or value not in INCLUDABLE:
             supported = ", ".join(sorted(INCLUDABLE))
             raise _bad_value(f"include[{i}]", value, f"Supported values are: {supported}.")
-    top = request.get("top_logprobs")
-    if top is not None and not 0 <= top <= MAX_TOP_LOGPROBS:
-        raise _bad_value("top_logprobs", top, f"It must be between 0 and {MAX_TOP_LOGPROBS}.")
-    calls = request.get("max_tool_calls")
-    if calls is not None and calls < 1:
-        raise _bad_value("max_tool_calls", calls, "It must be at least 1.")
     text = request.get("text")
     verbosity = text.get("verbosity") if isinstance(text, Mapping) else None
     if verbosity is not None and verbosity not in VERBOSITIES:

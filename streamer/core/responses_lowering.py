@@ -19,6 +19,7 @@ from typing import Any
 import orjson
 
 from streamer.core.backend_tools import BACKEND_BLOB, BackendTools
+from streamer.core.call_kinds import CUSTOM, LOCAL_SHELL
 from streamer.core.errors import invalid
 from streamer.core.item_references import not_found
 from streamer.core.lowering import LoweringOptions, nearest_effort
@@ -44,7 +45,8 @@ GATEWAY_FIELDS = frozenset(
     }
 )
 ENCRYPTED = "reasoning.encrypted_content"
-_CLIENT_TOOLS = ("function", "custom", "namespace", "local_shell")
+CLIENT_TOOL_TYPES = ("function", "custom", "namespace", "local_shell")
+"""Tool types the client runs (the rest are hosted: the backend runs them, or nobody)."""
 
 
 def lower_responses(
@@ -104,13 +106,9 @@ def _item(
     if kind == "custom_tool_call":
         if tools.custom:
             return _call(out, names, tools, "custom")
-        flat = names.encode(item.get("namespace") or None, item["name"], "custom")
-        arguments = _json({"input": item.get("input") or ""}, f"input[{index}].input")
-        return _function_call(out, flat, arguments)
+        return _function_call(out, *CUSTOM.as_function(names, index, item))
     if kind == "local_shell_call":  # a function to every backend (tool_decls)
-        action = {k: v for k, v in item["action"].items() if k != "type" and v is not None}
-        flat = names.encode(None, "local_shell", "local_shell")
-        return _function_call(out, flat, _json(action, f"input[{index}].action"))
+        return _function_call(out, *LOCAL_SHELL.as_function(names, index, item))
     if kind == "custom_tool_call_output" and not tools.custom:
         return _output(out)
     if kind == "local_shell_call_output":
@@ -182,7 +180,7 @@ def _tools(
     request: Mapping[str, Any], names: ResponsesToolNames, tools: BackendTools
 ) -> dict[str, Any]:
     raw_tools = [t for t in request.get("tools") or () if isinstance(t, Mapping)]
-    hosted = [t for t in raw_tools if t.get("type") not in _CLIENT_TOOLS]
+    hosted = [t for t in raw_tools if t.get("type") not in CLIENT_TOOL_TYPES]
     kept_hosted = [dict(t) for t in hosted if _runs(t, tools)]
     choice_value = request.get("tool_choice")
     forced = dict(choice_value) if isinstance(choice_value, Mapping) else {}
@@ -219,7 +217,11 @@ def _runs(tool: Mapping[str, Any], tools: BackendTools) -> bool:
 
 def _hosted_choice(choice: Mapping[str, Any]) -> bool:
     kind = choice.get("type")
-    return isinstance(kind, str) and kind not in (*_CLIENT_TOOLS, "allowed_tools", "tool_search")
+    return isinstance(kind, str) and kind not in (
+        *CLIENT_TOOL_TYPES,
+        "allowed_tools",
+        "tool_search",
+    )
 
 
 def _declared(

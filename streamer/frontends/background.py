@@ -15,6 +15,9 @@ The turn itself runs through `Gateway.run` (given to `start`, so this module nee
 gateway) into `_LogSink`; a watcher task cancels it when a cancel is asked for. A cancel
 waits `--background-cancel-wait` seconds for the running instance before ending an
 orphaned response itself.
+
+How many run at once is capped, in all and per client (`TurnCaps`, background_caps.py):
+a create beyond is a 429 before anything is stored.
 """
 
 from __future__ import annotations
@@ -34,6 +37,7 @@ from streamer.core import sse
 from streamer.core.errors import RequestError, invalid
 from streamer.core.events import Event
 from streamer.core.response import usage_object
+from streamer.frontends.background_caps import TurnCaps
 from streamer.pipeline import Sink, Turn
 from streamer.records import stored
 from streamer.store import TERMINAL_EVENT_TYPES, ResponseStore, StoreUnavailable
@@ -55,6 +59,7 @@ SSE_HEADERS = {
 RETRY_FIRST = 0.05
 RETRY_MAX = 1.0
 STORE_FAILED = "store_unavailable"
+DEFAULT_CAP = 256  # background turns, when no cap is given (the app's come from the fd budget)
 
 
 TurnRun = Callable[[Turn, Sink], Awaitable[None]]  # `Gateway.run` for background turns
@@ -77,7 +82,14 @@ class _LogSink:
 class Background:
     """The background turns this instance runs, and cancel for any instance's turns."""
 
-    def __init__(self, store: ResponseStore, *, store_wait: float, cancel_wait: float = 5.0):
+    def __init__(
+        self,
+        store: ResponseStore,
+        *,
+        store_wait: float,
+        cancel_wait: float = 5.0,
+        caps: TurnCaps | None = None,
+    ):
         self.store = store
         self.store_wait = store_wait  # --background-store-wait
         # How long a cancel waits for the running instance to end the turn before it
@@ -85,13 +97,14 @@ class Background:
         self.cancel_wait = cancel_wait
         self.tasks: dict[str, asyncio.Task[None]] = {}
         self.unlogged: dict[str, deque[Event]] = {}
+        # --background-max-turns / --background-max-per-client (the app's: the fd budget's)
+        self.caps = caps or TurnCaps(DEFAULT_CAP, DEFAULT_CAP // 4)
 
     async def start(self, turn: Turn, run: TurnRun) -> bytes:
         """Accept a background turn: stored as queued, then `run` in its own task; the
         queued snapshot (what the client is answered)."""
-        if turn.request.get("store") is False:
-            raise invalid("Background responses require 'store' to be true.", "background")
-        response_id = turn.response["id"]
+        self._admit(turn)
+        response_id, client = turn.response["id"], turn.client
         queued = turn.streamer.queued()
         try:
             # A store outage is a 503 here, before anything started. The event goes first:
@@ -100,13 +113,32 @@ class Background:
             await self._put(turn)
         except BaseException:
             self.unlogged.pop(response_id, None)
+            self.caps.give(client)
             _close_recording(turn)
             raise
         body = orjson.dumps(turn.response)  # the queued snapshot, before the task runs
         task = asyncio.create_task(self._run(turn, run), name=f"background {response_id}")
         self.tasks[response_id] = task
-        task.add_done_callback(lambda _: self.tasks.pop(response_id, None))
+
+        def ended(_: asyncio.Task[None]) -> None:
+            self.tasks.pop(response_id, None)
+            self.caps.give(client)
+
+        task.add_done_callback(ended)
         return body
+
+    def _admit(self, turn: Turn) -> None:
+        """Count the turn under its caps, or refuse it before anything is stored: a 400
+        without `store`, a 429 beyond a cap (logged when the cap fills up)."""
+        if turn.request.get("store") is False:
+            _close_recording(turn)
+            raise invalid("Background responses require 'store' to be true.", "background")
+        refusal = self.caps.take(turn.client)
+        if refusal is not None:
+            _close_recording(turn)
+            if refusal.first:
+                log.warning(refusal.log_line())
+            raise refusal.error()
 
     async def _run(self, turn: Turn, run: TurnRun) -> None:
         """The turn's task, and a watcher that cancels it when a cancel is asked for;
@@ -151,7 +183,7 @@ class Background:
         except RequestError as exc:  # the backend refused before streaming
             streamer = turn.streamer
             batch = streamer.start() if streamer.sequence_number <= 1 else []
-            batch += streamer.fail(exc.code or "server_error", exc.message)
+            batch += streamer.fail(exc.code or "server_error", exc.message, exc.type)
             await self.log(turn, batch)
 
     async def _cancel_requested(self, response_id: str) -> None:

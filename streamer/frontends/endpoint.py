@@ -9,7 +9,8 @@ Each rule a request meets is here once, in the order both servers apply them:
    (`Endpoint.admit`): its media type and coding (415), a declared length over the limit
    (413); a refusal from the head closes the connection too;
 3. the body (`request_body.BodyReader`): wire and decoded bytes each held to a limit as
-   they come, then the one JSON parse of a request body (`parse_body`);
+   they come, then the one JSON parse of a request body (`parse_body`, bounded in depth
+   and values by `core/json_bounds.py`);
 4. the turn (`Endpoint.prepare`, `Endpoint.serve`): the client it acts for, in-flight
    tracking for the shutdown drain, a JSON answer or an SSE stream (`SSESink`, written
    through the server's `Reply`);
@@ -30,7 +31,7 @@ from typing import Any, Protocol
 import orjson
 
 from streamer import logs
-from streamer.core import sse
+from streamer.core import json_bounds, sse
 from streamer.core.errors import RequestError, invalid, shutting_down
 from streamer.core.events import Event
 from streamer.core.response import new_id
@@ -47,11 +48,12 @@ log = logging.getLogger("streamer.frontends.endpoint")
 REQUEST_ID = "X-Request-Id"
 
 
-def parse_body(raw: bytes) -> Any:
-    """A request body as JSON, or the 400 that says why not: the one place a request body
-    is parsed, on both servers."""
+def parse_body(raw: bytes, max_values: int = json_bounds.MAX_VALUES) -> Any:
+    """A request body as JSON, or the 400 that says why not (not JSON, or JSON beyond the
+    bounds of `json_bounds`: too deep, too many values): the one place a request body is
+    parsed, on both servers (`Endpoint.parse`)."""
     try:
-        return orjson.loads(raw)
+        return json_bounds.loads(raw, max_values)
     except orjson.JSONDecodeError as exc:
         raise invalid(
             f"We could not parse the JSON body of your request ({exc.msg}).", code="invalid_json"
@@ -186,6 +188,7 @@ class Endpoint:
         self.forward = settings.forward_authorization
         self.max_body = settings.max_body_bytes
         self.max_decoded = settings.max_decoded_body_bytes
+        self.max_json_values = settings.max_json_values
         self.body_timeout = settings.client_body_timeout
 
     @property
@@ -213,6 +216,10 @@ class Endpoint:
         check_media(mime)
         taken = check_coding(coding)
         return BodyReader(taken, self.max_body, self.max_decoded, length)
+
+    def parse(self, raw: bytes) -> Any:
+        """The body as JSON, within `--max-json-values` (`parse_body`)."""
+        return parse_body(raw, self.max_json_values)
 
     async def prepare(self, body: Any, who: str | None, authorization: str | None) -> Turn:
         """Validate and lower a request for the client it acts for."""

@@ -31,7 +31,7 @@ from aiohttp.http import SERVER_SOFTWARE
 from streamer.config import Settings
 from streamer.core.errors import RequestError
 from streamer.frontends.background import SSE_HEADERS
-from streamer.frontends.endpoint import Endpoint, closes, error_answer, parse_body
+from streamer.frontends.endpoint import Endpoint, closes, error_answer
 from streamer.frontends.fast_connection import MAX_HEAD, FastConnection, Request, State, Step
 
 PATH = "/v1/responses"  # aiohttp's canonical name of the route, in the metrics
@@ -292,7 +292,7 @@ class FastProtocol(asyncio.Protocol):
         request = self.conn.request
         assert request is not None
         try:
-            body = parse_body(request.body)
+            body = self.route.endpoint.parse(request.body)
         except RequestError as exc:
             body = exc
         if type(body) is dict and body.get("background"):  # aiohttp's: its snapshot, its follow

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import resource
 import socket
 from collections.abc import Awaitable, Callable, Hashable
 from dataclasses import asdict, dataclass, field
@@ -36,20 +35,6 @@ Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 TICK = 0.05  # deadlines are checked in batches this far apart: one timer, not one each
 HEAD_TIMEOUT = "The request head did not arrive in time."
 EVICTED = "The gateway needed this connection: the request head did not arrive in time."
-
-
-def default_capacity(nofile: int) -> int:
-    """Client connections allowed under an open-file limit of `nofile`: three quarters,
-    so that backend connections, the store, logs and recordings keep a quarter."""
-    return max(1, nofile * 3 // 4)
-
-
-def capacity(setting: int) -> int:
-    """`--max-client-connections`, or (0) the default from this process's RLIMIT_NOFILE."""
-    if setting > 0:
-        return setting
-    soft, _hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    return default_capacity(soft if soft != resource.RLIM_INFINITY else 1 << 20)
 
 
 @dataclass(frozen=True, slots=True)
@@ -174,7 +159,8 @@ class FrontDoor:
     """The door of one process, shared by its sites; its clock is the event loop's."""
 
     def __init__(self, max_connections: int, header_timeout: float) -> None:
-        self.door: Door[_Connection] = Door(capacity(max_connections), header_timeout)
+        # `--max-client-connections`, or its share of the open-file limit (fd_budget.py)
+        self.door: Door[_Connection] = Door(max_connections, header_timeout)
         self._by_transport: dict[asyncio.BaseTransport, _Connection] = {}
         self._timer: asyncio.TimerHandle | None = None
 

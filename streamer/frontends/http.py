@@ -13,7 +13,7 @@ from aiohttp import web
 from streamer.compaction import compacted, compaction_body
 from streamer.core.model_catalog import ModelCatalog, configured_body, models_answer
 from streamer.frontends.background import SSE_HEADERS, follow
-from streamer.frontends.endpoint import Decorations, Endpoint, parse_body
+from streamer.frontends.endpoint import Decorations, Endpoint
 from streamer.frontends.frontdoor import FRONT_DOOR
 from streamer.frontends.request_body import late, unreadable
 from streamer.gateway import Gateway
@@ -75,7 +75,7 @@ async def read_json(request: web.Request) -> Any:
     except web.RequestPayloadError:  # broken chunked framing: the rest cannot be trusted
         _abandon(request)
         raise unreadable("its chunked framing is broken") from None
-    return parse_body(reader.finish())
+    return endpoint.parse(reader.finish())
 
 
 class _Reply:

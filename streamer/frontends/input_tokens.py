@@ -17,7 +17,6 @@ from aiohttp import web
 
 from streamer.core.errors import RequestError, invalid
 from streamer.frontends.http import GATEWAY, json_response, read_json
-from streamer.gateway import backend_profile
 from streamer.identity import CLIENT
 from streamer.upstream.chat.tokenize import (
     TOKENIZERS,
@@ -51,7 +50,7 @@ async def count_input_tokens(request: web.Request) -> web.Response:
     chat = dict(turn.backend_request)
     if not given_model and gateway.settings.model is None:
         chat.pop("model", None)  # the backend's own default model counts it
-    api = TOKENIZERS.get(backend_profile(gateway.settings).tokenizer or "")
+    api = TOKENIZERS.get(gateway.upstreams.options(turn).profile.tokenizer or "")
     counted = None
     if api is not None:
         upstream = gateway.upstreams.replica(turn)

@@ -72,7 +72,7 @@ class Session:
             settings.ws_max_queued_frames,
             settings.ws_max_rejected_frames,
         )
-        self.rules = SessionRules(budget, settings.ws_remembered)
+        self.rules = SessionRules(budget, settings.ws_remembered, settings.max_json_values)
 
     @property
     def remembered(self) -> OrderedDict[str, tuple[Lane, History]]:

@@ -10,22 +10,22 @@ writes the events, asking this module what to do at each step.
 from __future__ import annotations
 
 import re
-import sys
 from collections import OrderedDict, deque
 from dataclasses import dataclass
 from typing import Any
 
 import orjson
 
+from streamer.core import json_bounds
 from streamer.core.errors import RequestError, invalid, shutting_down
-from streamer.frontends.ws_queue import Admission, QueueBudget
+from streamer.frontends.ws_queue import Admission, QueueBudget, frame_cost
 
 MAX_LANES = 32  # distinct named lanes per connection; the default lane does not count
 _STREAM_ID = re.compile(r"[A-Za-z0-9_.-]{1,256}")
 
 Lane = str | None
 History = tuple[dict[str, Any], ...]
-Queued = tuple[dict[str, Any], int]  # a frame and the size it counts for in the budget
+Queued = tuple[dict[str, Any], int]  # a frame and what it is charged in the budget
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,21 +36,17 @@ class Refused:
     lane: Lane = None
 
 
-def frame_size(raw: str | bytes) -> int:
-    """What a frame counts for in the budget: its size as received, before parsing.
-
-    Bytes for a binary frame; for text the decoded str's own size (1, 2 or 4 bytes per
-    character, as the parsed strings will hold), known without a copy.
-    """
-    return len(raw) if isinstance(raw, bytes) else sys.getsizeof(raw)
-
-
-def parse_frame(raw: str | bytes) -> dict[str, Any] | Refused:
-    """A client frame as a `response.create` event, or why it is not one."""
+def parse_frame(
+    raw: str | bytes, max_values: int = json_bounds.MAX_VALUES
+) -> dict[str, Any] | Refused:
+    """A client frame as a `response.create` event, or why it is not one (not JSON, JSON
+    beyond the bounds of `json_bounds`, not a create)."""
     try:
-        frame = orjson.loads(raw)
+        frame = json_bounds.loads(raw, max_values)
     except orjson.JSONDecodeError:
         return Refused(invalid("The message is not valid JSON.", code="invalid_json"))
+    except RequestError as exc:
+        return Refused(exc)
     if not isinstance(frame, dict):
         return Refused(invalid("Each message must be a JSON object.", code="invalid_event"))
     kind = frame.get("type")
@@ -71,10 +67,15 @@ def parse_frame(raw: str | bytes) -> dict[str, Any] | Refused:
 class SessionRules:
     """One socket's state: lanes with work, named lanes, budget, remembered responses."""
 
-    __slots__ = ("budget", "closing", "named", "queues", "remember_limit", "remembered")
+    __slots__ = (
+        "budget", "closing", "max_values", "named", "queues", "remember_limit", "remembered",
+    )  # fmt: skip
 
-    def __init__(self, budget: QueueBudget, remember_limit: int) -> None:
+    def __init__(
+        self, budget: QueueBudget, remember_limit: int, max_values: int = json_bounds.MAX_VALUES
+    ) -> None:
         self.budget = budget
+        self.max_values = max_values  # --max-json-values, per frame
         self.remember_limit = max(remember_limit, 0)
         # response id -> (lane that produced it, its continuation history), oldest first
         self.remembered: OrderedDict[str, tuple[Lane, History]] = OrderedDict()
@@ -85,16 +86,17 @@ class SessionRules:
     # -- frames -------------------------------------------------------------------
 
     def offer(self, raw: str | bytes) -> tuple[Admission, int]:
-        """Whether the budget takes a frame (counted now if ACCEPT), and its size."""
-        size = frame_size(raw)
-        return self.budget.offer(size), size
+        """Whether the budget takes a frame (charged now if ACCEPT), and its charge: what
+        it may hold once parsed (`frame_cost`), known before it is parsed."""
+        cost = frame_cost(raw)
+        return self.budget.offer(cost), cost
 
     def check(self, raw: str | bytes) -> dict[str, Any] | Refused:
         """The frame if it is a valid create this socket may run now, else why not.
 
         A frame that is accepted names its lane: the lane counts from now on.
         """
-        frame = parse_frame(raw)
+        frame = parse_frame(raw, self.max_values)
         if isinstance(frame, Refused):
             return frame
         lane = frame.get("stream_id")

@@ -47,7 +47,7 @@ def open_store(spec: str | None, *, timeout: float | None = None, **options: Any
             )
         except ImportError as exc:  # pragma: no cover - depends on the environment
             raise RuntimeError(
-                "the Redis store needs the redis package: pip install 'streamer[redis]'"
+                "the Redis store needs the redis package: pip install 'streamer-gateway[redis]'"
             ) from exc
         return RedisStore(spec, **options)
     raise ValueError(f"unknown store {spec!r}: use 'memory' or redis://host:port/db")

@@ -9,6 +9,8 @@ from typing import Any, Literal, Protocol, runtime_checkable
 
 import orjson
 
+from streamer.core.call_kinds import CALL_KINDS
+
 Order = Literal["asc", "desc"]
 
 # Event types after which a response stream carries nothing more. `error` counts: a bare
@@ -23,22 +25,13 @@ TERMINAL_EVENT_TYPES = frozenset(
     }
 )
 
-# Id prefixes for input items stored without an id (input_items pages need a cursor).
+# Id prefixes for input items stored without an id (input_items pages need a cursor): a
+# call's and its output's are its kind's (streamer/core/call_kinds.py).
 _ITEM_PREFIXES = {
     "message": "msg",
-    "function_call": "fc",
-    "function_call_output": "fco",
-    "custom_tool_call": "ctc",
-    "custom_tool_call_output": "ctco",
     "reasoning": "rs",
-    "tool_search_call": "tsc",
-    "tool_search_output": "tso",
-    "local_shell_call": "lsh",
-    "local_shell_call_output": "lsho",
-    "shell_call": "shc",
-    "shell_call_output": "shco",
-    "apply_patch_call": "apc",
-    "apply_patch_call_output": "apco",
+    **{row.call_type: row.id_prefix for row in CALL_KINDS.values()},
+    **{row.output_type: row.output_prefix for row in CALL_KINDS.values()},
     "additional_tools": "at",
     "compaction": "cmp",
 }

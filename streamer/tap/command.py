@@ -18,7 +18,7 @@ from streamer.core.errors import RequestError
 from streamer.core.tools import ResponsesToolNames
 from streamer.tap.grammar import GrammarChecker
 from streamer.tap.render import Renderer
-from streamer.tap.sources import CHAT_SSE, Source, SourceError
+from streamer.tap.sources import DELTA_FORMATS, Source, SourceError
 
 EXIT_CLEAN, EXIT_VIOLATIONS, EXIT_UNREADABLE = 0, 1, 2
 
@@ -128,7 +128,7 @@ async def run_tap(args: argparse.Namespace, out: TextIO | None = None) -> int:
         async for arrival in source.arrivals():
             position += 1
             renderer.timed = source.timed
-            if source.format == CHAT_SSE:
+            if source.format in DELTA_FORMATS:
                 renderer.chat(position, arrival.t, arrival.event)
             else:
                 if checker is None:
@@ -142,7 +142,7 @@ async def run_tap(args: argparse.Namespace, out: TextIO | None = None) -> int:
         out.flush()
         print(f"streamer tap: {e}", file=err)
         return EXIT_UNREADABLE
-    if checker is None and source.format != CHAT_SSE:
+    if checker is None and source.format not in DELTA_FORMATS:
         checker = GrammarChecker(names)  # an empty stream: still one without a terminal
     end = checker.finish() if checker is not None else []
     if source.abandoned:  # no terminal event was owed: nobody was there to receive it

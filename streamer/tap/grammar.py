@@ -41,6 +41,7 @@ _TERMINAL_STATUSES = {
     "response.failed": ("failed", "cancelled"),
 }
 STARTS = ("response.created", "response.queued")
+ANNOTATION = "response.output_text.annotation.added"
 
 
 def is_responses_type(kind: str) -> bool:
@@ -121,8 +122,15 @@ class GrammarChecker:
             handler(self, event)
             return
         text = text_stream(kind)
+        if kind == ANNOTATION:
+            item = self._open_item(event)
+            if item is not None:
+                item.annotation(event, self._flag)
+            return
         if kind not in PART_EVENTS and text is None:
-            return  # a Responses event the grammar says nothing about
+            if "item_id" in event:  # a pass-through event (a hosted call's progress, ...)
+                self._check_passthrough(event, kind)
+            return  # else a Responses event the grammar says nothing about
         item = self._open_item(event)
         if item is None:
             return
@@ -165,6 +173,21 @@ class GrammarChecker:
             self._stream_id = sid
         elif sid != self._stream_id:
             self._flag("stream_id.changed", f"stream_id {sid!r}, was {self._stream_id!r}")
+
+    def _check_passthrough(self, event: dict[str, Any], kind: str) -> None:
+        """An event that names an item names one the stream added (open or done)."""
+        item_id = event.get("item_id")
+        known = self.open.get(id_key(item_id))
+        if known is None:
+            known = next((i for i in self.done_items if id_key(i.id) == id_key(item_id)), None)
+        if known is None:
+            self._flag("ref.passthrough", f"{kind} names item {item_id!r}, never added")
+        elif as_index(event.get("output_index")) != known.output_index:
+            self._flag(
+                "ref.passthrough",
+                f"{kind} has output_index {event.get('output_index')!r} for {item_id!r} "
+                f"at {known.output_index}",
+            )
 
     def _open_item(self, event: dict[str, Any]) -> Item | None:
         """The open item an event refers to by `item_id`, or None (a ref.item violation)."""

@@ -9,12 +9,15 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from streamer.core.call_kinds import CALL_KINDS as ROWS
+
 if TYPE_CHECKING:
     from streamer.core.tools import ResponsesToolNames
 
-CALL_KINDS = {"function_call": "function", "custom_tool_call": "custom"}
+# the call items that name their tool, by type, and those whose type is the tool
+CALL_KINDS = {row.call_type: row.kind for row in ROWS.values() if row.named}
 CALL_TYPES = tuple(CALL_KINDS)
-_FIXED_CALLS = ("tool_search_call", "local_shell_call", "shell_call", "apply_patch_call")
+_FIXED_CALLS = {row.call_type: row.kind for row in ROWS.values() if not row.named}
 DEFAULT_NAMESPACES = (None, "", "functions")  # Codex routes these as "no namespace"
 
 
@@ -24,8 +27,8 @@ def default_ns(namespace: Any) -> Any:
 
 def identity(item_type: str, name: Any, namespace: Any, names: Any | None) -> dict[str, Any] | None:
     """A call's client identity: its own namespace, else its name decoded through the map."""
-    if item_type in _FIXED_CALLS:  # tools named by their type
-        fixed = item_type.removesuffix("_call")
+    fixed = _FIXED_CALLS.get(item_type)
+    if fixed is not None:  # tools named by their type
         return {"namespace": None, "name": fixed, "kind": fixed}
     kind = CALL_KINDS.get(item_type)
     if kind is None or not isinstance(name, str):

@@ -12,6 +12,8 @@ from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
+from streamer.core.call_kinds import CALL_KINDS
+
 Flag = Callable[[str, str], None]
 
 
@@ -29,8 +31,13 @@ STREAMS: dict[str, Stream] = {
     "refusal": Stream("message", "content", "refusal", "refusal"),
     "reasoning_text": Stream("reasoning", "content", "reasoning_text", "text"),
     "reasoning_summary_text": Stream("reasoning", "summary", "summary_text", "text"),
-    "function_call_arguments": Stream("function_call", None, None, "arguments"),
-    "custom_tool_call_input": Stream("custom_tool_call", None, None, "input"),
+    **{  # a call's arguments (function_call_arguments, custom_tool_call_input): its kind's
+        row.events[0].removeprefix("response.").removesuffix(".delta"): Stream(
+            row.call_type, None, None, row.field
+        )
+        for row in CALL_KINDS.values()
+        if row.events is not None
+    },
 }
 PART_EVENTS = {
     "response.content_part.added": ("content", True),
@@ -93,6 +100,7 @@ class Part:
     chunks: list[str] = field(default_factory=list)
     open: bool = True
     text_done: bool = False
+    annotations: int = 0  # annotation.added events seen
 
 
 @dataclass(slots=True)
@@ -187,6 +195,22 @@ class Item:
             )
             if got != "".join(part.chunks):
                 flag("done.mismatch", f"item {key}[{index}] differs from the concatenated deltas")
+
+    def annotation(self, event: dict[str, Any], flag: Flag) -> None:
+        """An `output_text.annotation.added` on this item: into an open output_text part,
+        its `annotation_index` the next of that part's."""
+        if self.type != "message":
+            flag("ref.item_type", f"an annotation on a {self.type} item")
+            return
+        part = self._part_for(event, "content", flag)
+        if part is None:
+            return
+        if part.type is not None and part.type != "output_text":
+            flag("ref.item_type", f"an annotation on a {part.type} part")
+        index = event.get("annotation_index")
+        if as_index(index) != part.annotations:
+            flag("annotation.index", f"annotation_index {index!r}, expected {part.annotations}")
+        part.annotations += 1
 
     def _part_for(self, event: dict[str, Any], family: str, flag: Flag) -> Part | None:
         raw = event.get("summary_index" if family == "summary" else "content_index")

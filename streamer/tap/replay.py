@@ -1,7 +1,7 @@
 """`streamer replay FILE`: a recorded backend stream through today's pipeline.
 
 A `serve --tap-dir` recording holds the client's request and the raw bytes the backend
-sent. Replaying runs the gateway's own path over them: `stream_events` with a `ChatStream`
+sent. Replaying runs the gateway's own path over them: `stream_events` with a `BackendStream`
 that reads the recorded reads (the same decoder, batches and end of stream), then prints
 and checks the events, and with `--compare` diffs them against the events the gateway sent
 when it was recorded, so a recorded misbehaviour becomes a regression test.
@@ -22,7 +22,6 @@ from typing import Any, TextIO
 
 import orjson
 
-from streamer.backend_api import backend_api
 from streamer.core.errors import RequestError
 from streamer.core.events import Event
 from streamer.core.tools import NamingConfig
@@ -32,9 +31,10 @@ from streamer.sealing import load_sealer
 from streamer.tap.command import EXIT_CLEAN, EXIT_UNREADABLE, EXIT_VIOLATIONS, use_color
 from streamer.tap.grammar import GrammarChecker
 from streamer.tap.render import Renderer
-from streamer.upstream.chat.client import ChatUpstream
-from streamer.upstream.registry import client_class
-from streamer.upstream.responses.profiles import backend_tools
+from streamer.upstream.backend_stream import BackendStream
+from streamer.upstream.chat.kind import CHAT
+from streamer.upstream.kind import BackendKind
+from streamer.upstream.kinds import recorded_kind
 
 
 class Recording:
@@ -42,6 +42,7 @@ class Recording:
 
     def __init__(self, lines: Iterable[dict[str, Any]]) -> None:
         self.request: dict[str, Any] | None = None
+        self.owner = ""  # whose request (its key's digest): sealed items open for it only
         self.backend_request: Any = None
         self.chunks: list[bytes] = []
         self.events: list[dict[str, Any]] = []
@@ -49,6 +50,7 @@ class Recording:
             kind = line.get("kind")
             if kind == "client_request" and self.request is None:
                 self.request = line.get("body")
+                self.owner = str(line.get("owner") or "")
             elif kind == "backend_request" and self.backend_request is None:
                 self.backend_request = line.get("body")
             elif kind == "backend_chunk":
@@ -57,12 +59,10 @@ class Recording:
                 self.events.append(line["event"])
 
     @property
-    def api(self) -> str:
-        """The API the recorded backend spoke: `responses` when it was sent an `input`."""
-        sent = self.backend_request
-        if isinstance(sent, dict) and "input" in sent and "messages" not in sent:
-            return "responses"
-        return "chat"
+    def kind(self) -> BackendKind:
+        """The kind of backend recorded, as the request it was sent says (its row's
+        `recorded`: a Responses backend's has an `input` and no `messages`)."""
+        return recorded_kind(self.backend_request)
 
     @classmethod
     def load(cls, path: str) -> Recording:
@@ -96,16 +96,16 @@ class _RecordedBody:
 class _RecordedUpstream:
     """An upstream that answers with a recording's backend bytes."""
 
-    def __init__(self, chunks: list[bytes], client: type[ChatUpstream] = ChatUpstream) -> None:
+    def __init__(self, chunks: list[bytes], kind: BackendKind = CHAT) -> None:
         self.chunks = chunks
-        self.client = client  # whose stream and whole-JSON decoding read the bytes
+        self.kind = kind  # whose stream and whole-JSON decoders read the bytes
 
     async def open(self, backend_request: dict[str, Any], **_: Any) -> Any:
         body = b"".join(self.chunks)
-        stream = self.client.stream
         if body.lstrip()[:1] in (b"{", b"["):  # a whole JSON answer, recorded as one read
-            return stream.answered(self.client.decode_whole(body))
-        return await stream.reading(_RecordedBody(self.chunks))  # type: ignore[arg-type]
+            return BackendStream.answered(self.kind.decode_whole(body, ()))
+        decoder = self.kind.decoder(300, None, ())
+        return await BackendStream.reading(_RecordedBody(self.chunks), decoder)  # type: ignore[arg-type]
 
 
 async def replay(recording: Recording, options: TurnOptions | None = None) -> list[Event]:
@@ -113,13 +113,15 @@ async def replay(recording: Recording, options: TurnOptions | None = None) -> li
     if recording.request is None:
         raise ValueError("the recording has no client_request line")
     options = options or TurnOptions()
-    if recording.api != options.api.name:
-        options = replace(options, api=backend_api(recording.api, backend_tools("generic")))
-    turn = prepare(dict(recording.request), options)
+    kind = recording.kind
+    if kind is not options.kind:  # lowered for it, with the generic profile's tool forms
+        lowering = replace(options.lowering, tools=kind.tools("generic"))
+        options = replace(options, kind=kind, lowering=lowering)
+    turn = prepare(dict(recording.request), options, client=recording.owner)
     events: list[Event] = []
     if recording.events and recording.events[0].get("type") == "response.queued":
         events += turn.streamer.queued()  # a background turn's recording: its log, queued first
-    upstream = _RecordedUpstream(recording.chunks, client_class(recording.api))
+    upstream = _RecordedUpstream(recording.chunks, kind)
     async for batch in stream_events(turn, upstream):
         events += batch
     return events

@@ -30,6 +30,11 @@ RULES: dict[str, str] = {
     "part.index": "content_index / summary_index rise by one from 0 within an item",
     "part.unmatched": "a part's done matches its added (index, type) while open",
     "part.not_done": "every content part / summary part is done before its item",
+    "annotation.index": "annotation_index rises by one from 0 within a content part",
+    "ref.passthrough": (
+        "an event the grammar does not know that names an item (item_id) names one added "
+        "before it, at that item's output_index"
+    ),
     "delta.after_done": "no delta after its text/arguments done event",
     "done.mismatch": "done texts, arguments and inputs equal the concatenated deltas",
     "call.id_missing": "function and custom tool calls carry a call_id",

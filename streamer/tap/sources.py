@@ -6,8 +6,9 @@ live. The format is detected from the content, not the file name:
 - Responses SSE (`event:`/`data:` lines): each `data:` payload is an event dict;
 - JSON lines: a WebSocket frame log (one event per line), or a `streamer serve --tap-dir`
   recording (objects with a `kind`; the `client_event` ones are the events);
-- Chat Completions SSE (`data:` chunks with `choices`, `[DONE]`): model deltas through
-  `ChatChunkDecoder`, the way the gateway sees its backend.
+- a backend kind's SSE that is not Responses events (Chat Completions: `data:` chunks with
+  `choices`, `[DONE]`): model deltas through the kind's tap decoder (its row's `tap`,
+  streamer/upstream/kind.py), the way the gateway sees its backend.
 
 A frame that is not JSON is yielded as its text, so the checker can report it in place.
 """
@@ -29,12 +30,15 @@ import websockets
 from websockets.asyncio.client import connect as ws_connect
 
 from streamer.core.sse import SSEDecoder, SSEError
-from streamer.upstream.chat.decoder import ChatChunkDecoder
+from streamer.upstream.kind import TapDecoder, TapReading
+from streamer.upstream.kinds import KINDS
 
 RESPONSES_SSE = "responses-sse"
 WEBSOCKET_LOG = "websocket-log"
 RECORDING = "tap-recording"
-CHAT_SSE = "chat-sse"
+TAP_READINGS: tuple[TapReading, ...] = tuple(k.tap for k in KINDS.values() if k.tap is not None)
+DELTA_FORMATS = frozenset(reading.format for reading in TAP_READINGS)
+"""The formats read as model deltas (a backend kind's own stream), not as events."""
 TERMINAL_TYPES = ("response.completed", "response.incomplete", "response.failed", "error")
 CHUNK = 64 * 1024
 SSE_FIELDS = (b"event:", b"data:", b":", b"id:", b"retry:")
@@ -62,7 +66,7 @@ class _Decoder:
         self.pending = b""
         self.mode: str | None = None  # "sse" or "jsonl"
         self.sse = SSEDecoder()
-        self.chat: ChatChunkDecoder | None = None
+        self.chat: TapDecoder | None = None  # a backend kind's stream (not Responses events)
         self.t0: float | None = None  # a recording's first timestamp
 
     def feed(self, chunk: bytes, t: float) -> list[Arrival]:
@@ -96,9 +100,11 @@ class _Decoder:
     def _sse_message(self, name: str | None, data: str, t: float) -> list[Arrival]:
         source = self.source
         if source.format is None:
-            source.format = CHAT_SSE if _looks_like_chat(data) else RESPONSES_SSE
-            if source.format == CHAT_SSE:
-                self.chat = ChatChunkDecoder()
+            source.format = RESPONSES_SSE
+            for reading in TAP_READINGS:
+                if reading.looks_like(data):
+                    source.format, self.chat = reading.format, reading.decoder()
+                    break
         if self.chat is not None:
             deltas: list[Any] = list(self.chat.feed(data, name))
             if self.chat.done and not deltas:
@@ -143,15 +149,6 @@ def _parse(data: str | bytes) -> Any:
         return orjson.loads(data)
     except orjson.JSONDecodeError:
         return data.decode("utf-8", "replace") if isinstance(data, bytes) else data
-
-
-def _looks_like_chat(data: str) -> bool:
-    if data.strip() == "[DONE]":
-        return True
-    obj = _parse(data)
-    if not isinstance(obj, dict) or isinstance(obj.get("type"), str):
-        return False
-    return "choices" in obj or str(obj.get("object", "")).startswith("chat.completion")
 
 
 class Source:

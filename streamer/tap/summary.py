@@ -11,7 +11,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from streamer.tap.sources import CHAT_SSE
+from streamer.tap.sources import DELTA_FORMATS
 
 Paint = Callable[[str, str], str]
 
@@ -78,7 +78,7 @@ def rows(data: dict[str, Any], source_format: str | None, paint: Paint) -> list[
     calls = ", ".join(f"{k} {times}{v}" for k, v in data["calls"].items()) or "none"
     ended = data["terminal"] or "without a terminal event"
     out = [("events", f"{data['events']} ({source_format or 'empty'}), ended {ended}")]
-    out += [("deltas" if source_format == CHAT_SSE else "items", items), ("calls", calls)]
+    out += [("deltas" if source_format in DELTA_FORMATS else "items", items), ("calls", calls)]
     if tk := data["tokens"]:
         out.append(
             (

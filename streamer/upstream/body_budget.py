@@ -1,7 +1,7 @@
 """A byte budget shared by every whole-JSON backend answer being read at once (pure).
 
 A streamed answer is decoded as it comes and never held whole; a backend that answers
-`stream: true` with one JSON body is held whole until decoded, so `ChatUpstream` takes
+`stream: true` with one JSON body is held whole until decoded, so `BackendClient` takes
 its bytes from this budget as they arrive and gives them back once the body is decoded.
 One budget per process (`--max-backend-json-bytes`): ten hostile backends answering
 100 MB each get one budget's worth between them, and the turns past it fail with a 503.

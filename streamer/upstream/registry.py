@@ -12,13 +12,9 @@ from __future__ import annotations
 from typing import Any, Protocol
 
 from streamer.models_config import ModelsConfig, single
-from streamer.pipeline import Turn, TurnOptions, Upstream
-from streamer.upstream.chat.client import ChatUpstream
-from streamer.upstream.responses.client import ResponsesUpstream
+from streamer.options import ModelOptions
+from streamer.pipeline import Turn, Upstream
 from streamer.upstream.router import Plan, Router, TurnRoute
-
-CLIENTS: dict[str, type[ChatUpstream]] = {"chat": ChatUpstream, "responses": ResponsesUpstream}
-"""The client of each `--upstream-api`: one shell, the API's endpoint and decoder."""
 
 
 class Backend(Upstream, Protocol):
@@ -27,14 +23,6 @@ class Backend(Upstream, Protocol):
     async def get_models(self, *, headers: dict[str, str] | None = None) -> tuple[int, bytes]: ...
     async def ping(self) -> bool: ...
     async def close(self) -> None: ...
-
-
-def client_class(api: str) -> type[ChatUpstream]:
-    """The backend client of `--upstream-api api` (a ValueError for another)."""
-    try:
-        return CLIENTS[api]
-    except KeyError:
-        raise ValueError(f"unknown --upstream-api {api!r} (one of {', '.join(CLIENTS)})") from None
 
 
 class UpstreamRegistry:
@@ -47,8 +35,8 @@ class UpstreamRegistry:
             backend = router
             router = Router(
                 single("backend", api_key=None, model=None),
-                lambda spec, url: backend,
-                lambda spec: TurnOptions(),
+                lambda spec, url, options: backend,
+                lambda spec: ModelOptions(),
                 queue_seconds=0,
                 health_interval=0,
                 affinity_entries=0,
@@ -94,11 +82,18 @@ class UpstreamRegistry:
     def replica(self, turn: Turn) -> Any:
         """A backend of `turn`'s model for what is not a turn (its tokenizer): the model's
         first replica (replicas of one model share a tokenizer)."""
-        plan = turn.route if isinstance(turn.route, Plan) else self.plan(turn.request)
+        plan = self._plan_of(turn)
         return plan.route.replicas[0].backend if plan.route.replicas else self.default
 
+    def options(self, turn: Turn) -> ModelOptions:
+        """The options of `turn`'s model (its profile names its tokenizer)."""
+        return self._plan_of(turn).route.options
+
+    def _plan_of(self, turn: Turn) -> Plan:
+        return turn.route if isinstance(turn.route, Plan) else self.plan(turn.request)
+
     def chat(self) -> Any:
-        """The single-backend flags' Chat client (the profile probe reads its models)."""
+        """The single-backend flags' client (the profile probe reads its models)."""
         return self.default
 
     async def models(self, headers: dict[str, str] | None = None) -> tuple[int, bytes]:

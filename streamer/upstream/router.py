@@ -19,15 +19,15 @@ import contextlib
 import logging
 import math
 from collections import deque
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable, Hashable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
 from streamer.core import routing
 from streamer.core.errors import RequestError
-from streamer.core.lowering import lower
 from streamer.models_config import ModelsConfig, ModelSpec
-from streamer.pipeline import Turn, TurnOptions, UpstreamStream
+from streamer.options import ModelOptions
+from streamer.pipeline import Turn, UpstreamStream
 
 log = logging.getLogger("streamer.routing")
 
@@ -95,7 +95,7 @@ class Limit:
 class ModelRoute:
     spec: ModelSpec
     replicas: list[Replica]
-    options: TurnOptions
+    options: ModelOptions
     limit: Limit
     turns: int = 0
 
@@ -152,8 +152,8 @@ class Router:
     def __init__(
         self,
         config: ModelsConfig,
-        build: Callable[[ModelSpec, str], Any],
-        options: Callable[[ModelSpec], TurnOptions],
+        build: Callable[[ModelSpec, str, ModelOptions], Any],
+        options: Callable[[ModelSpec], ModelOptions],
         *,
         queue_seconds: float,
         health_interval: float,
@@ -168,22 +168,22 @@ class Router:
         self.table = self._table(config, {})
         self._health: asyncio.Task[None] | None = None
 
-    def _table(
-        self, config: ModelsConfig, known: dict[tuple[str | None, ...], Replica]
-    ) -> RouteTable:
+    def _table(self, config: ModelsConfig, known: dict[Hashable, Replica]) -> RouteTable:
         routes = []
         for spec in config.models:
+            options = self.options(spec)
             replicas = []
             for url in spec.upstreams:
                 replica = known.get(_identity(spec, url))
                 if replica is None:
-                    replica = known[_identity(spec, url)] = Replica(url, self.build(spec, url))
+                    backend = self.build(spec, url, options)
+                    replica = known[_identity(spec, url)] = Replica(url, backend)
                 replicas.append(replica)
             limit = Limit(spec.max_concurrency)
-            routes.append(ModelRoute(spec, replicas, self.options(spec), limit))
+            routes.append(ModelRoute(spec, replicas, options, limit))
         return RouteTable(config, routes)
 
-    def _known(self) -> dict[tuple[str | None, ...], Replica]:
+    def _known(self) -> dict[Hashable, Replica]:
         return {
             _identity(route.spec, r.state.url): r
             for route in self.table.order
@@ -239,9 +239,9 @@ class Router:
             await replica.backend.close()
 
 
-def _identity(spec: ModelSpec, url: str) -> tuple[str | None, ...]:
+def _identity(spec: ModelSpec, url: str) -> Hashable:
     """What makes two replicas one client: kept across a reload (health, pools) when equal."""
-    return (url, spec.api_key, spec.profile)
+    return (url, spec.api_key, spec.profile, spec.api, spec.settings)
 
 
 def _now() -> float:
@@ -300,8 +300,8 @@ class TurnRoute:
                     "turn %s: fallback %s skipped: at its limit", self._id, route.spec.label
                 )
                 continue
-            request = self._relowered(route, backend_request) if fallback else backend_request
             try:
+                request = self._relowered(route) if fallback else backend_request
                 stream, replica = await self._replicas(route, request, kwargs)
             except RequestError as exc:
                 if fallback:
@@ -345,12 +345,14 @@ class TurnRoute:
                 continue
             yield route
 
-    def _relowered(self, route: ModelRoute, backend_request: dict[str, Any]) -> dict[str, Any]:
-        """The request for a fallback model: lowered with its profile and model name."""
-        lowering, turn = route.options.lowering, self.turn
-        if turn.compactor is not None:
-            return {**backend_request, "model": lowering.model or backend_request.get("model")}
-        return lower(turn.request, turn.view or turn.items, turn.names, lowering)
+    def _relowered(self, route: ModelRoute) -> dict[str, Any]:
+        """The request for a fallback model: lowered by its own kind (Chat Completions, a
+        Responses request, ...), with its profile and model name; a compaction turn by its
+        kind's compaction lowering."""
+        options, turn = route.options.turn, self.turn
+        kind = options.kind
+        lowered = kind.compaction if turn.compactor is not None else kind.lower
+        return lowered(turn.request, turn.view or turn.items, turn.names, options.lowering)
 
     async def _replicas(
         self, route: ModelRoute, request: dict[str, Any], kwargs: Any

@@ -183,6 +183,39 @@ async function reasoning() {
   return { deltas, reasoning: (await result.reasoningText) ?? null, text: await result.text };
 }
 
+// Reasoning summaries from a model that also streams raw reasoning, streamed and not.
+async function reasoningParts() {
+  const options = { openai: { reasoningSummary: "auto" } };
+  const streamed = streamText({ model, prompt: "Think first.", providerOptions: options });
+  for await (const part of streamed.fullStream) if (part.type === "error") throw part.error;
+  const whole = await generateText({ model, prompt: "Think first.", providerOptions: options });
+  return {
+    streamed: (await streamed.reasoningText) ?? null,
+    whole: whole.reasoningText ?? null,
+    parts: whole.reasoning.map((r) => r.text),
+  };
+}
+
+// Citations of a hosted web search, streamed and not: the SDK's sources.
+async function sources() {
+  const tools = { web_search: provider.tools.webSearch() };
+  const streamed = streamText({ model, prompt: "What is streamer?", tools });
+  for await (const part of streamed.fullStream) if (part.type === "error") throw part.error;
+  const whole = await generateText({ model, prompt: "What is streamer?", tools });
+  const urls = (list) => list.filter((s) => s.sourceType === "url").map((s) => s.url);
+  return { streamed: urls(await streamed.sources), whole: urls(whole.sources), text: whole.text };
+}
+
+// A turn that fails after it started, not streamed: the SDK's error says why.
+async function failedTurn() {
+  try {
+    await generateText({ model, prompt: "Hi" });
+    return { error: null };
+  } catch (error) {
+    return { error: { name: error.name, message: error.message } };
+  }
+}
+
 // The app gives up mid-answer (abortSignal).
 async function abort() {
   const controller = new AbortController();
@@ -246,6 +279,9 @@ const scenarios = {
   previous_response: previousResponse,
   media,
   reasoning,
+  reasoning_parts: reasoningParts,
+  sources,
+  failed_turn: failedTurn,
   namespace_tools: namespaceTools,
   failures,
   generate_tools: generateWithTools,

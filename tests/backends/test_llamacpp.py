@@ -295,7 +295,7 @@ async def test_context_overflow_is_context_length_exceeded(
     reaches the SDK as `context_length_exceeded`, what Codex keys on."""
     with pytest.raises(openai.BadRequestError) as raised:
         await real_client.responses.create(
-            model="tiny", input="word " * 9000, max_output_tokens=4, stream=stream
+            model="tiny", input="word " * 9000, max_output_tokens=16, stream=stream
         )
     assert raised.value.code == "context_length_exceeded", raised.value.body
     assert "context" in raised.value.message
@@ -320,6 +320,6 @@ async def test_tool_output_image_to_a_model_without_vision(real_client: AsyncOpe
     ]  # fmt: skip
     with pytest.raises(openai.BadRequestError) as raised:
         await real_client.responses.create(
-            model="tiny", input=items, tools=[fn("view_image")], max_output_tokens=4
+            model="tiny", input=items, tools=[fn("view_image")], max_output_tokens=16
         )
     assert "image" in raised.value.message.lower(), raised.value.body

@@ -16,6 +16,7 @@ from typing import Any
 import orjson
 
 from streamer.core.deltas import (
+    Annotation,
     Delta,
     Finish,
     LoggedText,
@@ -29,6 +30,8 @@ from streamer.core.deltas import (
     UpstreamError,
     Usage,
 )
+from streamer.core.json_bounds import MAX_ITEM_DEPTH, too_deep
+from streamer.core.scrub import excerpt, scrub
 from streamer.core.sse import SSEMessage
 from streamer.upstream.chat.chunk_shapes import NO_SHAPE, learn_arguments, learn_text
 from streamer.upstream.chat.error_shapes import CONTEXT_OVERFLOW, is_context_overflow
@@ -100,6 +103,7 @@ class ChatChunkDecoder:
         "_args_keys",
         "_calls",
         "_lessons",
+        "_secrets",
         "_seen",
         "_text",
         "_text_keys",
@@ -109,8 +113,9 @@ class ChatChunkDecoder:
         "runs",
     )
 
-    def __init__(self, *, runs: bool = False) -> None:
+    def __init__(self, *, runs: bool = False, secrets: tuple[str, ...] = ()) -> None:
         self.runs = runs  # decode runs of per-token chunks together (TextRun, ToolCallRun)
+        self._secrets = secrets  # taken out of the backend's error text (streamer/core/scrub.py)
         self._tier: str | None = None  # the service tier the stream reported last
         self.done = False
         self.finished = False
@@ -279,18 +284,18 @@ class ChatChunkDecoder:
         if message_data.strip() in ("[DONE]", b"[DONE]"):
             self.done = True
             return []
-        snippet = message_data[:_SNIPPET]
-        if isinstance(snippet, bytes):
-            snippet = snippet.decode("utf-8", "replace")
+        text = message_data[: _SNIPPET * 4]  # as many characters whether bytes or text
+        if isinstance(text, bytes):
+            text = text.decode("utf-8", "replace")
+        snippet = excerpt(text, _SNIPPET, self._secrets)
         message = f"The backend sent malformed JSON in its stream: {snippet!r}"
         return [UpstreamError(INVALID_CHUNK, message)]
 
     def _decode_object(self, obj: dict[str, Any], event: str | None) -> list[Delta]:
-        error = payload_error(obj)
+        error = payload_error(obj, self._secrets)
         if error is None and event == "error":
-            error = UpstreamError(
-                "server_error", _text(obj.get("message")) or "The backend reported an error."
-            )
+            said = _said(obj.get("message"), self._secrets)
+            error = UpstreamError("server_error", said or "The backend reported an error.")
         if error is not None:
             return [error]
         out: list[Delta] = []
@@ -367,15 +372,16 @@ class ChatChunkDecoder:
         return False
 
 
-def decode_completion(body: Any) -> list[Delta]:
-    """A whole (non-streamed) `chat.completion` as the deltas its stream would have carried."""
+def decode_completion(body: Any, secrets: tuple[str, ...] = ()) -> list[Delta]:
+    """A whole (non-streamed) `chat.completion` as the deltas its stream would have carried
+    (`secrets`: taken out of an error it reports)."""
     if not isinstance(body, dict):
         return [
             UpstreamError(
                 INVALID_CHUNK, "The backend answered with JSON that is not a chat completion."
             )
         ]
-    error = payload_error(body)
+    error = payload_error(body, secrets)
     if error is not None:
         return [error]
     out: list[Delta] = []
@@ -401,8 +407,9 @@ def decode_completion(body: Any) -> list[Delta]:
     return out
 
 
-def payload_error(obj: dict[str, Any]) -> UpstreamError | None:
-    """`{"error": {...}}`, `{"error": "text"}` or vLLM's `{"object": "error", ...}`."""
+def payload_error(obj: dict[str, Any], secrets: tuple[str, ...] = ()) -> UpstreamError | None:
+    """`{"error": {...}}`, `{"error": "text"}` or vLLM's `{"object": "error", ...}`; the
+    backend's words scrubbed of `secrets` (whole ones), the gateway's defaults as they are."""
     err = obj.get("error")
     if err is None and obj.get("object") == "error":
         err = obj
@@ -410,14 +417,24 @@ def payload_error(obj: dict[str, Any]) -> UpstreamError | None:
         return None
     if isinstance(err, str):
         kind = CONTEXT_OVERFLOW if is_context_overflow(None, err) else "server_error"
-        return UpstreamError(kind, err or "The backend reported an error.")
+        return UpstreamError(kind, _said(err, secrets) or "The backend reported an error.")
     if not isinstance(err, dict):
         return UpstreamError("server_error", "The backend reported an error.")
-    code = _text(err.get("code")) or _text(err.get("type")) or "server_error"
-    message = _text(err.get("message")) or "The backend reported an error."
-    if is_context_overflow(code, message) or is_context_overflow(_text(err.get("type")), ""):
+    error_type = _text(err.get("type"))
+    code = _text(err.get("code")) or error_type
+    message = _text(err.get("message"))
+    if is_context_overflow(code, message) or is_context_overflow(error_type, ""):
         code = CONTEXT_OVERFLOW
-    return UpstreamError(code, message)
+    else:
+        code = _said(code, secrets) or "server_error"
+    said = _said(message, secrets) or "The backend reported an error."
+    error_type = _said(error_type, secrets)
+    return UpstreamError(code, said, error_type if error_type not in ("", code) else None)
+
+
+def _said(value: Any, secrets: tuple[str, ...]) -> str:
+    """A string the backend chose, whole secrets out ("" for anything else)."""
+    return scrub(value, secrets) if value.__class__ is str and secrets else _text(value)
 
 
 def decode_usage(usage: dict[str, Any]) -> Usage:
@@ -452,6 +469,9 @@ def _message_deltas(delta: dict[str, Any], out: list[Delta]) -> None:
         text = content if isinstance(content, str) else _parts_text(content)
         if text:
             out.append(TextDelta(text))
+    annotations = delta.get("annotations")  # OpenAI's search models, OpenRouter's :online
+    if annotations and isinstance(annotations, list):
+        out += [Annotation(chat_annotation(a)) for a in annotations if isinstance(a, dict)]
     refusal = delta.get("refusal")
     if refusal and isinstance(refusal, str):
         out.append(RefusalDelta(refusal))
@@ -460,6 +480,24 @@ def _message_deltas(delta: dict[str, Any], out: list[Delta]) -> None:
         for position, call in enumerate(tool_calls):
             if isinstance(call, dict):
                 out.append(_tool_call(call, position))
+
+
+_CITATION_FIELDS = {"url": "", "title": "", "start_index": 0, "end_index": 0}
+
+
+def chat_annotation(annotation: dict[str, Any]) -> dict[str, Any]:
+    """A Chat annotation in the Responses shape: Chat nests its fields under its type
+    (`{"type": "url_citation", "url_citation": {url, title, start_index, end_index}}`),
+    Responses has them flat. A citation missing one of its fields gets it empty (the
+    Responses one requires all four); other fields and types are kept as they are."""
+    kind = annotation.get("type")
+    inner = annotation.get(kind) if isinstance(kind, str) else None
+    flat = {"type": kind, **inner} if isinstance(inner, dict) else dict(annotation)
+    if kind == "url_citation":
+        for key, empty in _CITATION_FIELDS.items():
+            if not isinstance(flat.get(key), type(empty)) or isinstance(flat.get(key), bool):
+                flat[key] = empty
+    return flat
 
 
 def _logged(out: list[Delta], choice: dict[str, Any]) -> None:
@@ -474,7 +512,7 @@ def _logged(out: list[Delta], choice: dict[str, Any]) -> None:
             return
 
 
-def _tool_call(call: dict[str, Any], position: int) -> ToolCallDelta:
+def _tool_call(call: dict[str, Any], position: int) -> ToolCallDelta | UpstreamError:
     index = call.get("index")
     if not isinstance(index, int) or isinstance(index, bool):
         index = position
@@ -482,8 +520,11 @@ def _tool_call(call: dict[str, Any], position: int) -> ToolCallDelta:
     arguments = function.get("arguments")
     if arguments is None:
         arguments = ""
-    elif not isinstance(arguments, str):
-        arguments = orjson.dumps(arguments).decode()  # Ollama sends an object, not a string
+    elif not isinstance(arguments, str):  # Ollama sends an object, not a string
+        if too_deep(arguments, MAX_ITEM_DEPTH):
+            message = f"The backend sent a call's arguments nested more than {MAX_ITEM_DEPTH} levels deep."
+            return UpstreamError(INVALID_CHUNK, message)
+        arguments = orjson.dumps(arguments).decode()
     call_id = call.get("id")
     name = function.get("name")
     return ToolCallDelta(

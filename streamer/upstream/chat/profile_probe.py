@@ -11,7 +11,7 @@ import contextlib
 import logging
 from urllib.parse import urlsplit
 
-from streamer.upstream.chat.client import ChatUpstream
+from streamer.upstream.backend_client import BackendClient
 from streamer.upstream.chat.detect import Fit, fitting_profile
 
 log = logging.getLogger("streamer.upstream")
@@ -25,7 +25,7 @@ class ProfileProbe:
 
     __slots__ = ("task",)
 
-    def __init__(self, chat: ChatUpstream, configured: str) -> None:
+    def __init__(self, chat: BackendClient, configured: str) -> None:
         self.task = asyncio.create_task(probe(chat, configured), name="backend-profile-probe")
 
     async def close(self) -> None:
@@ -34,7 +34,7 @@ class ProfileProbe:
             await self.task
 
 
-async def probe(chat: ChatUpstream, configured: str) -> Fit | None:
+async def probe(chat: BackendClient, configured: str) -> Fit | None:
     """Ask the backend for its models; log the profile that fits if it is not `configured`."""
     parts = urlsplit(chat.base_url)
     where = f"{parts.hostname}:{parts.port or (443 if parts.scheme == 'https' else 80)}"

@@ -9,9 +9,11 @@ message, the three reasoning efforts every reasoning backend takes, no `user`.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
-from typing import Literal
+from collections.abc import Callable
+from dataclasses import dataclass, fields, replace
+from typing import Any, Literal
 
+from streamer.core.backend_tools import FLAT, BackendTools
 from streamer.core.lowering import LoweringOptions
 from streamer.core.request_fields import OPTIONAL_PARAMS
 
@@ -123,6 +125,11 @@ PROFILES: dict[str, BackendProfile] = {
         # LM Studio: tool_choice "none" | "auto" | "required" only, no named object
         # (lmstudio.ai/docs/app/api/tools).
         BackendProfile("lmstudio"),
+        # Anthropic and LiteLLM: named for their Messages rows (`--upstream-api anthropic`,
+        # streamer/upstream/anthropic/profiles.py); their Chat Completions endpoints (Claude's
+        # OpenAI compatibility, LiteLLM's proxy) take what generic sends.
+        BackendProfile("anthropic"),
+        BackendProfile("litellm"),
         # DeepSeek: reasoning_effort minimal…max accepted and mapped (minimal/low -> low,
         # medium/high/xhigh -> high, max) by api-docs.deepseek.com guides/thinking_mode;
         # in thinking mode every earlier tool-call turn's `reasoning_content` must come back
@@ -164,84 +171,93 @@ PROFILES: dict[str, BackendProfile] = {
 }
 
 
-def _parse_efforts(text: str) -> tuple[str, ...] | None:
+def _efforts(text: str) -> tuple[str, ...] | None:
     text = text.strip()
     if text == "any":
         return None
     return tuple(e.strip() for e in text.split(",") if e.strip())
 
 
-def resolve(
-    name: str,
-    *,
-    system_messages: str | None = None,
-    tool_choice_object: bool | None = None,
-    required_choice: bool | None = None,
-    reasoning_efforts: str | None = None,
-    max_tokens_field: str | None = None,
-    drop_params: str | None = None,
-    file_parts: bool | None = None,
-    reasoning_replay: str | None = None,
-    accepts: str | None = None,
-) -> BackendProfile:
-    """The profile `name` with each flag that was given laid over it."""
+def _names(text: str) -> frozenset[str]:
+    return frozenset(p.strip() for p in text.split(",") if p.strip())
+
+
+def _system(value: str) -> str:
+    if value not in SYSTEM_POLICIES:
+        raise ValueError(f"--system-messages must be merge, keep or user (got {value!r})")
+    return value
+
+
+def _max_tokens_field(value: str) -> str:
+    if value not in ("max_tokens", "max_completion_tokens"):
+        raise ValueError("--max-tokens-field must be max_tokens or max_completion_tokens")
+    return value
+
+
+def _replay(value: str) -> str:
+    if value not in REASONING_REPLAYS:
+        raise ValueError(
+            f"--reasoning-replay must be reasoning_content, reasoning or off (got {value!r})"
+        )
+    return value
+
+
+def _accepts(text: str) -> frozenset[str]:
+    taken = _names(text)
+    unknown = taken - OPTIONAL_PARAMS
+    if unknown:
+        raise ValueError(
+            f"--backend-accepts: unknown parameter(s) {', '.join(sorted(unknown))} "
+            f"(known: {', '.join(sorted(OPTIONAL_PARAMS))})"
+        )
+    return taken
+
+
+_READERS: dict[str, Callable[[Any], Any]] = {
+    "system_messages": _system,
+    "efforts": _efforts,
+    "max_tokens_field": _max_tokens_field,
+    "drop": _names,
+    "reasoning_replay": _replay,
+    "accepts": _accepts,
+}
+"""How a setting's value becomes a profile field's (the others are taken as they are)."""
+
+
+def resolve(name: str, **given: Any) -> BackendProfile:
+    """The profile `name` with each given field (a setting's value, None: not given) laid
+    over it; a setting's text is read into the field's type (streamer/config.py declares
+    which setting overrides which field)."""
     profile = PROFILES.get(name)
     if profile is None:
         raise ValueError(f"unknown --backend-profile {name!r} (one of {', '.join(PROFILES)})")
-    if system_messages is not None:
-        if system_messages not in SYSTEM_POLICIES:
-            raise ValueError(
-                f"--system-messages must be merge, keep or user (got {system_messages!r})"
-            )
-        profile = replace(profile, system_messages=system_messages)
-    if tool_choice_object is not None:
-        profile = replace(profile, tool_choice_object=tool_choice_object)
-    if required_choice is not None:
-        profile = replace(profile, required_choice=required_choice)
-    if reasoning_efforts is not None:
-        profile = replace(profile, efforts=_parse_efforts(reasoning_efforts))
-    if max_tokens_field is not None:
-        if max_tokens_field not in ("max_tokens", "max_completion_tokens"):
-            raise ValueError("--max-tokens-field must be max_tokens or max_completion_tokens")
-        profile = replace(profile, max_tokens_field=max_tokens_field)  # type: ignore[arg-type]
-    if drop_params is not None:
-        dropped = frozenset(p.strip() for p in drop_params.split(",") if p.strip())
-        profile = replace(profile, drop=dropped)
-    if file_parts is not None:
-        profile = replace(profile, file_parts=file_parts)
-    if reasoning_replay is not None:
-        if reasoning_replay not in REASONING_REPLAYS:
-            raise ValueError(
-                "--reasoning-replay must be reasoning_content, reasoning or off "
-                f"(got {reasoning_replay!r})"
-            )
-        profile = replace(profile, reasoning_replay=reasoning_replay)
-    if accepts is not None:
-        taken = frozenset(p.strip() for p in accepts.split(",") if p.strip())
-        unknown = taken - OPTIONAL_PARAMS
-        if unknown:
-            raise ValueError(
-                f"--backend-accepts: unknown parameter(s) {', '.join(sorted(unknown))} "
-                f"(known: {', '.join(sorted(OPTIONAL_PARAMS))})"
-            )
-        profile = replace(profile, accepts=taken)
-    return profile
+    read = {
+        key: _READERS.get(key, _same)(value) for key, value in given.items() if value is not None
+    }
+    return replace(profile, **read) if read else profile
 
 
-def lowering_options(profile: BackendProfile, *, model: str | None) -> LoweringOptions:
-    """The lowering this profile asks for (`stream_options` is the Chat client's to drop)."""
+def _same(value: Any) -> Any:
+    return value
+
+
+_LOWERED = tuple(
+    f.name for f in fields(LoweringOptions) if f.name in BackendProfile.__dataclass_fields__
+)
+"""The profile's fields the lowering takes as they are (same name, same meaning)."""
+
+
+def lowering_options(
+    profile: BackendProfile, *, model: str | None, tools: BackendTools = FLAT
+) -> LoweringOptions:
+    """The lowering this profile asks for (`stream_options` is the client's to drop), with
+    the tool forms the backend's kind takes on it (`tools`)."""
     replay = profile.reasoning_replay
     return LoweringOptions(
         model=model,
         replay_reasoning=replay != "off",
         reasoning_field="reasoning_content" if replay == "off" else replay,
-        max_tokens_field=profile.max_tokens_field,
-        system_messages=profile.system_messages,
-        tool_choice_object=profile.tool_choice_object,
-        required_choice=profile.required_choice,
-        efforts=profile.efforts,
-        drop=profile.drop,
-        file_parts=profile.file_parts,
-        accepts=profile.accepts,
         profile=profile.name,
+        tools=tools,
+        **{name: getattr(profile, name) for name in _LOWERED},
     )

@@ -22,7 +22,7 @@ from collections.abc import Callable, Iterable
 from urllib.parse import SplitResult, unquote, urlsplit
 
 from streamer.upstream.http1.connection import READ_SIZE, Connection, Response
-from streamer.upstream.http1.connection_limit import ConnectionLimit
+from streamer.upstream.http1.connection_limit import ConnectionLimit, OpenConnections
 from streamer.upstream.http1.proxy import Proxy, connect_to_proxy, open_tunnel
 from streamer.upstream.http1.wire import ConnectError, ServerDisconnected
 
@@ -45,6 +45,7 @@ class ConnectionPool:
         read_buffer: memoryview | None = None,
         proxy: Proxy | None = None,
         limiter: ConnectionLimit | asyncio.Semaphore | None = None,
+        open_limit: OpenConnections | None = None,
     ) -> None:
         parts = url if isinstance(url, SplitResult) else urlsplit(url)  # parsed once upstream
         if parts.scheme not in ("http", "https") or not parts.hostname:
@@ -67,6 +68,7 @@ class ConnectionPool:
         if limiter is None and limit > 0:
             limiter = asyncio.Semaphore(limit)
         self._limit = limiter
+        self._open_cap = open_limit  # every backend connection of the process, idle ones too
         # through a proxy: https is tunnelled (CONNECT), http asks the proxy in absolute form
         self.proxy = proxy
         forward = proxy is not None and not tls
@@ -184,6 +186,8 @@ class ConnectionPool:
                 if now - conn.idle_since >= self.keepalive:
                     conn.abort()
                     continue
+                if self._open_cap is not None:
+                    self._open_cap.busy(conn)
                 self._in_use.add(conn)
                 return conn, now - conn.idle_since
             conn = await self._connect()
@@ -195,6 +199,19 @@ class ConnectionPool:
         return conn, -1.0
 
     async def _connect(self) -> Connection:
+        """A new connection, once the open-connection cap has room for it."""
+        if self._open_cap is None:
+            return await self._dial()
+        await self._open_cap.reserve()
+        try:
+            conn = await self._dial()
+        except BaseException:
+            self._open_cap.unreserve()
+            raise
+        self._open_cap.opened(conn)
+        return conn
+
+    async def _dial(self) -> Connection:
         conn = Connection(self, self._loop)
         try:
             async with asyncio.timeout(self.connect_timeout):
@@ -246,13 +263,18 @@ class ConnectionPool:
         self._idle.append(conn)
         if self._sweeper is None:
             self._sweeper = self._loop.call_at(conn.idle_since + self.keepalive, self._sweep)
+        if self._open_cap is not None:
+            self._open_cap.idle(conn)  # (closed at once if other requests wait for room)
 
     def forget(self, conn: Connection) -> None:
-        """No longer in use (released, or lost): its slot under the connection limit frees."""
+        """No longer in use (released, or lost): its slot under the connection limit frees
+        (and, once lost, its place under the open-connection cap)."""
         if conn in self._in_use:
             self._in_use.discard(conn)
             if self._limit is not None:
                 self._limit.release()
+        if conn.closed and self._open_cap is not None:
+            self._open_cap.closed(conn)
 
     def _sweep(self) -> None:
         """Close the connections idle for `keepalive` seconds (the oldest are at the bottom)."""

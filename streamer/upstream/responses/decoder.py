@@ -11,7 +11,10 @@ backend spells them (flat, `ns.name`, or split into `namespace` and `name`, join
 (hosted tool calls, item types this gateway does not know) whole, at its
 `output_item.done`, as a `WholeItem`. `response.completed` / `incomplete` / `failed` end it
 with usage and a finish reason or an error; an `error` event is an `UpstreamError`.
-Unknown event types are skipped (their items still arrive whole at `output_item.done`).
+Event types the gateway does not know pass on as they came (`ForeignEvent`; their items
+still arrive whole at `output_item.done`). An item, annotation or event passed on must fit
+`MAX_ITEM_DEPTH` (core/json_bounds.py: what a client can send back, what the gateway's
+events can hold); one nested deeper fails the turn as malformed, naming why.
 
 `ResponsesDecoder` is `ChatDecoder`'s batching and end-of-body rules over it, with the
 framing of framing.py (raw events) and the learnt per-token shapes of event_shapes.py.
@@ -23,12 +26,17 @@ from typing import Any
 
 import orjson
 
+from streamer.core.call_kinds import CALL_KINDS
 from streamer.core.deltas import (
+    CURRENT,
+    Annotation,
     Delta,
     Finish,
     ForeignEvent,
+    ItemAdded,
     ReasoningBlob,
     ReasoningDelta,
+    ReasoningPart,
     RefusalDelta,
     ServiceTier,
     TextDelta,
@@ -37,7 +45,9 @@ from streamer.core.deltas import (
     Usage,
     WholeItem,
 )
-from streamer.core.response import new_id
+from streamer.core.json_bounds import MAX_ITEM_DEPTH, too_deep
+from streamer.core.passing import about_item
+from streamer.core.scrub import excerpt, scrub
 from streamer.core.sse import SSEMessage
 from streamer.upstream.chat.decoder import INVALID_CHUNK, payload_error
 from streamer.upstream.chat.error_shapes import CONTEXT_OVERFLOW, is_context_overflow
@@ -51,8 +61,9 @@ _TEXT: dict[Any, type[TextDelta | RefusalDelta | ReasoningDelta]] = {
     "response.refusal.delta": RefusalDelta,
     "response.reasoning_text.delta": ReasoningDelta,
     "response.reasoning.delta": ReasoningDelta,  # Open Responses' name for it
-    "response.reasoning_summary_text.delta": ReasoningDelta,
+    "response.reasoning_summary_text.delta": ReasoningDelta,  # after its ReasoningPart
 }
+_SUMMARY_DELTA = "response.reasoning_summary_text.delta"
 # Events the decoder reads or the streamer makes anew from the deltas; any other type is
 # passed on as it came (`ForeignEvent`), so a backend's extensions survive.
 _KNOWN = frozenset(
@@ -69,12 +80,14 @@ _KNOWN = frozenset(
         "reasoning_summary_text.done",
     )
 )  # fmt: skip
-_CALLS = ("function_call", "custom_tool_call")
+# the calls whose arguments stream (function arguments, custom input): their kinds' rows
+_CALLS = tuple(row.call_type for row in CALL_KINDS.values() if row.events is not None)
 # Items whose content arrives as the deltas above: nothing of them is passed whole.
 _STREAMED = ("message", "reasoning", *_CALLS)
 _INCOMPLETE = {"max_output_tokens": "length", "content_filter": "content_filter"}
 _SNIPPET = 120
-_PIECES = ("response.function_call_arguments.delta", "response.custom_tool_call_input.delta")
+_ANNOTATION_DEPTH = MAX_ITEM_DEPTH - 4  # item, content, part, annotations: then the annotation
+_PIECES = tuple(row.events[0] for row in CALL_KINDS.values() if row.events is not None)
 _LESSONS = 8  # shapes learnt per stream at most: a backend whose events all differ costs little
 
 
@@ -87,19 +100,25 @@ class ResponsesEventDecoder:
     """
 
     __slots__ = (
-        "_args", "_calls", "_index", "_last", "_lessons", "_streamed", "_text", "_text_kind",
-        "_tier",
+        "_annotated", "_args", "_calls", "_index", "_last", "_lessons", "_ours", "_passed",
+        "_secrets", "_streamed", "_summary", "_text", "_text_kind", "_tier",
         "done", "finished",
     )  # fmt: skip
 
-    def __init__(self, lessons: int = _LESSONS) -> None:
+    def __init__(self, lessons: int = _LESSONS, *, secrets: tuple[str, ...] = ()) -> None:
+        self._secrets = secrets  # taken out of the backend's error text (streamer/core/scrub.py)
         self.done = False
         self.finished = False
         self._tier: str | None = None
         # per backend item (`_at`): [kind, arguments or input streamed so far, text seen]
         self._calls: dict[Any, list[Any]] = {}
         self._index: dict[Any, int] = {}  # backend item -> the call's own index
-        self._streamed: set[Any] = set()  # output indexes whose text came in deltas
+        # (item, "summary" | "content") whose text came in deltas
+        self._streamed: set[tuple[Any, str]] = set()
+        self._annotated: set[Any] = set()  # items whose annotations came as events
+        self._ours: set[Any] = set()  # items the gateway streams itself (text, reasoning, calls)
+        self._passed: set[Any] = set()  # items passed whole that were added
+        self._summary: int | None = None  # the summary part reasoning text goes to (ReasoningPart)
         self._lessons = lessons
         self._text = NO_SHAPE  # the stream's text (or reasoning, refusal) delta event
         self._text_kind: type[TextDelta | RefusalDelta | ReasoningDelta] = TextDelta
@@ -179,7 +198,8 @@ class ResponsesEventDecoder:
                 return False  # some relays end a Responses stream as a Chat one
             # the same characters whether the framing gave bytes or text (4 bytes a character)
             text = data[: _SNIPPET * 4]
-            text = (text.decode("utf-8", "replace") if isinstance(text, bytes) else text)[:_SNIPPET]
+            text = text.decode("utf-8", "replace") if isinstance(text, bytes) else text
+            text = excerpt(text, _SNIPPET, self._secrets)
             out.append(UpstreamError(INVALID_CHUNK, f"The backend sent malformed JSON: {text!r}"))
             return True
         if obj.__class__ is not dict:
@@ -218,8 +238,24 @@ class ResponsesEventDecoder:
         if text_delta is not None:
             piece = obj.get("delta")
             if isinstance(piece, str) and piece:
-                self._streamed.add(_at(obj))
+                at = _at(obj)
+                self._ours.add(at)
+                if text_delta is ReasoningDelta:
+                    summary = kind == _SUMMARY_DELTA
+                    self._to_part(_index(obj, "summary_index") if summary else None, out)
+                    self._streamed.add((at, "summary" if summary else "content"))
+                else:
+                    self._streamed.add((at, "content"))
                 out.append(text_delta(piece))
+        elif kind == "response.reasoning_summary_part.added":
+            self._to_part(_index(obj, "summary_index"), out)
+        elif kind == "response.output_text.annotation.added":
+            annotation = obj.get("annotation")
+            if isinstance(annotation, dict) and too_deep(annotation, _ANNOTATION_DEPTH):
+                out.append(_too_deep("an annotation", annotation.get("type"), self._secrets))
+            elif isinstance(annotation, dict):
+                self._annotated.add(_at(obj))
+                out.append(Annotation(annotation))
         elif kind in _PIECES:
             self._call_value(_at(obj), obj.get("delta"), out)
         elif kind == "response.output_item.added":
@@ -229,9 +265,30 @@ class ResponsesEventDecoder:
         elif kind in ("response.completed", "response.incomplete", "response.failed"):
             self._terminal(kind, obj.get("response"), out)
         elif kind == "error" or (kind is None and ("error" in obj or obj.get("object") == "error")):
-            out.append(_error(obj))
+            out.append(_error(obj, self._secrets))
         elif isinstance(kind, str) and kind not in _KNOWN:
-            out.append(ForeignEvent({k: v for k, v in obj.items() if k != "sequence_number"}))
+            event = {k: v for k, v in obj.items() if k != "sequence_number"}
+            if too_deep(event, MAX_ITEM_DEPTH):
+                out.append(_too_deep("an event", kind, self._secrets))
+            else:
+                out.append(ForeignEvent(event, self._key(obj)))
+
+    def _key(self, obj: dict[str, Any]) -> Any:
+        """A pass-through event's item, as `ForeignEvent.key`: none, one the gateway streams
+        (CURRENT), or a backend item passed whole (added or to come)."""
+        if not about_item(obj):
+            return None
+        at = _at(obj)
+        return CURRENT if at in self._ours and at not in self._passed else at
+
+    def _to_part(self, summary_index: int | None, out: list[Delta]) -> None:
+        """The reasoning text that follows goes to `summary_index` (None: raw reasoning):
+        a `ReasoningPart` when that changes. The learnt text shape is forgotten then, so a
+        text event the shape takes is always of the part last named."""
+        if summary_index != self._summary:
+            self._summary = summary_index
+            self._text = NO_SHAPE
+            out.append(ReasoningPart(summary_index))
 
     # -- calls --------------------------------------------------------------------------
 
@@ -243,7 +300,20 @@ class ResponsesEventDecoder:
 
     def _added(self, obj: dict[str, Any], out: list[Delta]) -> None:
         item, at = obj.get("item"), _at(obj)
-        if not isinstance(item, dict) or item.get("type") not in _CALLS:
+        if not isinstance(item, dict):
+            return
+        kind = item.get("type")
+        if kind not in _STREAMED and too_deep(item, MAX_ITEM_DEPTH):
+            out.append(_too_deep("an output item", kind, self._secrets))
+            return
+        if kind not in _STREAMED:  # a hosted call: opened now, its own events follow it
+            self._passed.add(at)
+            out.append(ItemAdded(item, at))
+            return
+        self._ours.add(at)
+        if kind == "reasoning":
+            self._to_part(None, out)  # a new reasoning item: its summary parts are new ones
+        if kind not in _CALLS:
             return
         self._calls[at] = [item["type"], "", False]
         out.append(ToolCallDelta(self._own(at), _str(item.get("call_id")) or None, _name(item)))
@@ -263,26 +333,52 @@ class ResponsesEventDecoder:
         kind = item.get("type")
         if kind in _CALLS:
             self._call_done(at, item, out)
+        # too deep to pass on (a message's annotations) or whole
+        elif kind != "reasoning" and too_deep(item, MAX_ITEM_DEPTH):
+            out.append(_too_deep("an output item", kind, self._secrets))
         elif kind == "message":
-            content = item.get("content")
-            if at not in self._streamed and isinstance(content, list):  # sent whole
-                for part in content:
-                    if isinstance(part, dict) and isinstance(part.get("text"), str):
-                        kind_of = RefusalDelta if part.get("type") == "refusal" else TextDelta
-                        out.append(kind_of(part["text"]))
-                    elif isinstance(part, dict) and isinstance(part.get("refusal"), str):
-                        out.append(RefusalDelta(part["refusal"]))
+            self._message_done(at, item.get("content"), out)
         elif kind == "reasoning":
-            if at not in self._streamed:
-                text = "\n".join(_texts(item.get("content"), "reasoning_text"))
-                text = text or "\n\n".join(_texts(item.get("summary"), "summary_text"))
-                if text:
-                    out.append(ReasoningDelta(text))
-            blob = item.get("encrypted_content")
-            if isinstance(blob, str) and blob:
-                out.append(ReasoningBlob(blob))
+            self._reasoning_done(at, item, out)
         else:  # a hosted call, or an item type this gateway does not know: whole
-            out.append(WholeItem({**item, "id": new_id(_prefix(item))}))
+            out.append(WholeItem(item, at))
+
+    def _message_done(self, at: Any, content: Any, out: list[Delta]) -> None:
+        """A message's text if it was not streamed (sent whole), and its annotations if they
+        did not come as events."""
+        if not isinstance(content, list):
+            return
+        whole = (at, "content") not in self._streamed
+        annotate = at not in self._annotated
+        for part in content:
+            if not isinstance(part, dict):
+                continue
+            if whole and isinstance(part.get("text"), str):
+                kind_of = RefusalDelta if part.get("type") == "refusal" else TextDelta
+                out.append(kind_of(part["text"]))
+            elif whole and isinstance(part.get("refusal"), str):
+                out.append(RefusalDelta(part["refusal"]))
+            annotations = part.get("annotations")
+            if annotate and isinstance(annotations, list):
+                out += [Annotation(a) for a in annotations if isinstance(a, dict)]
+
+    def _reasoning_done(self, at: Any, item: dict[str, Any], out: list[Delta]) -> None:
+        """What of a reasoning item did not stream: each summary part as its own, the raw
+        reasoning as content (never one for the other); then its blob."""
+        if (at, "summary") not in self._streamed:
+            for index, text in enumerate(_texts(item.get("summary"), "summary_text")):
+                if text:
+                    self._to_part(index, out)
+                    out.append(ReasoningDelta(text))
+        if (at, "content") not in self._streamed:
+            text = "\n".join(_texts(item.get("content"), "reasoning_text"))
+            if text:
+                self._to_part(None, out)
+                out.append(ReasoningDelta(text))
+        self._to_part(None, out)  # the next reasoning item's parts are new ones
+        blob = item.get("encrypted_content")
+        if isinstance(blob, str) and blob:
+            out.append(ReasoningBlob(blob))
 
     def _call_done(self, at: Any, item: dict[str, Any], out: list[Delta]) -> None:
         call = self._calls.pop(at, None)
@@ -312,7 +408,7 @@ class ResponsesEventDecoder:
         if isinstance(usage, dict):
             out.append(decode_usage(usage))
         if kind == "response.failed":
-            out.append(_error({"error": response.get("error") or {}}))
+            out.append(_error({"error": response.get("error") or {}}, self._secrets))
             return
         if kind == "response.incomplete":
             reason = _str((response.get("incomplete_details") or {}).get("reason"))
@@ -332,7 +428,7 @@ class ResponsesDecoder(ChatDecoder):
         return EventFraming()
 
     def _payloads(self) -> ResponsesEventDecoder:
-        return ResponsesEventDecoder()
+        return ResponsesEventDecoder(secrets=self._secrets)
 
     def take(self) -> list[Delta]:
         """As `ChatDecoder.take`, but the batches stay small until one has a delta: a
@@ -346,8 +442,9 @@ class ResponsesDecoder(ChatDecoder):
         return out
 
 
-def decode_response_body(raw: bytes | bytearray) -> list[Delta]:
-    """A whole (non-streamed) Response, as the deltas its stream would have carried."""
+def decode_response_body(raw: bytes | bytearray, secrets: tuple[str, ...] = ()) -> list[Delta]:
+    """A whole (non-streamed) Response, as the deltas its stream would have carried
+    (`secrets`: taken out of an error it reports)."""
     try:
         body = _loads(raw)
     except orjson.JSONDecodeError:
@@ -356,14 +453,16 @@ def decode_response_body(raw: bytes | bytearray) -> list[Delta]:
         return [
             UpstreamError(INVALID_CHUNK, "The backend answered with a JSON value, not a Response.")
         ]
-    error = payload_error(body) if body.get("object") != "response" else None
+    error = payload_error(body, secrets) if body.get("object") != "response" else None
     if error is not None:
         return [error]
-    decoder = ResponsesEventDecoder()
+    decoder = ResponsesEventDecoder(secrets=secrets)
     out: list[Delta] = []
     for at, item in enumerate(body.get("output") or ()):
         if isinstance(item, dict):
             decoder._done({"item": item, "output_index": at}, out)
+            if out and out[-1].__class__ is UpstreamError:
+                return out
     status = body.get("status")
     kind = {"failed": "response.failed", "incomplete": "response.incomplete"}.get(
         status if isinstance(status, str) else "", "response.completed"
@@ -386,16 +485,34 @@ def decode_usage(usage: dict[str, Any]) -> Usage:
     )
 
 
-def _error(obj: dict[str, Any]) -> UpstreamError:
+def _too_deep(what: str, kind: Any, secrets: tuple[str, ...]) -> UpstreamError:
+    """A backend's item or event the gateway cannot pass on: nested deeper than a client
+    could send it back (and than the gateway's own events can hold)."""
+    return UpstreamError(
+        INVALID_CHUNK,
+        f"The backend sent {what} of type {excerpt(str(kind), _SNIPPET, secrets)!r} nested "
+        f"more than {MAX_ITEM_DEPTH} levels deep, which the gateway cannot pass on.",
+    )
+
+
+def _error(obj: dict[str, Any], secrets: tuple[str, ...] = ()) -> UpstreamError:
     """An `error` event (`{type, code, message, param}`), or `response.failed`'s `error`,
-    with the codes a Chat backend's errors get (context overflow recognised)."""
+    with the codes a Chat backend's errors get (context overflow recognised); the backend's
+    words scrubbed of `secrets` (whole ones)."""
     inner = obj.get("error")
     err: dict[str, Any] = inner if isinstance(inner, dict) else obj
-    code = _str(err.get("code")) or "server_error"
-    message = _str(err.get("message")) or "The backend reported an error."
-    if is_context_overflow(code, message) or is_context_overflow(_str(err.get("type")), ""):
+    code = _str(err.get("code"))
+    message = _str(err.get("message"))
+    kind = _str(err.get("type"))
+    if is_context_overflow(code, message) or is_context_overflow(kind, ""):
         code = CONTEXT_OVERFLOW
-    return UpstreamError(code, message)
+    elif secrets:
+        code = scrub(code, secrets)
+    if secrets:
+        message, kind = scrub(message, secrets), scrub(kind, secrets)
+    return UpstreamError(
+        code or "server_error", message or "The backend reported an error.", kind or None
+    )
 
 
 def _at(obj: dict[str, Any]) -> Any:
@@ -407,6 +524,11 @@ def _at(obj: dict[str, Any]) -> Any:
     item = obj.get("item")
     item_id = obj.get("item_id") or (item.get("id") if isinstance(item, dict) else None)
     return item_id if isinstance(item_id, str) else 0
+
+
+def _index(obj: dict[str, Any], field: str) -> int:
+    value = obj.get(field)
+    return value if isinstance(value, int) and not isinstance(value, bool) else 0
 
 
 def _name(item: dict[str, Any]) -> str:
@@ -423,13 +545,6 @@ def _texts(parts: Any, kind: str) -> list[str]:
         for p in parts
         if isinstance(p, dict) and p.get("type") == kind and isinstance(p.get("text"), str)
     ]
-
-
-def _prefix(item: dict[str, Any]) -> str:
-    raw = item.get("id")
-    if isinstance(raw, str) and "_" in raw:
-        return raw.partition("_")[0][:8] or "item"
-    return "item"
 
 
 def _str(value: Any) -> str:

@@ -11,7 +11,7 @@
 
 from __future__ import annotations
 
-from streamer.core.backend_tools import BackendTools
+from streamer.core.backend_tools import FLAT, BackendTools
 
 HOSTED_OPENAI = frozenset(
     {
@@ -25,8 +25,6 @@ HOSTED_OPENAI = frozenset(
         "tool_search",
     }
 )
-
-FLAT = BackendTools()
 
 PROFILES: dict[str, BackendTools] = {
     "openai": BackendTools(
