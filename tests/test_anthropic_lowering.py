@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import orjson
 import pytest
 
 from streamer.core.backend_tools import BACKEND_BLOB
@@ -481,3 +482,22 @@ def test_a_history_with_calls_but_no_tools_declares_what_it_calls_and_calls_none
     assert body["tools"] == [{"name": "mcp__docs__search", "input_schema": {"type": "object"}}]
     assert body["tool_choice"] == {"type": "none"}
     assert "tools" not in lowered({"model": "m", "input": "hi"})
+
+
+def test_a_messages_backends_error_words_are_scrubbed_where_they_enter() -> None:
+    """The key the gateway sent, quoted back in an `error` event or a 2xx error body, never
+    reaches the client (whole keys, as for the other kinds: streamer/core/scrub.py)."""
+    from streamer.core.deltas import UpstreamError
+    from streamer.upstream.anthropic.stream import MessagesDecoder, decode_message_body
+
+    key = "sk-ant-secret-0123456789"
+    error = {"type": "error", "error": {"type": "api_error", "message": f"bad key {key}"}}
+    raw = orjson.dumps(error)
+    (whole,) = decode_message_body(raw, (key,))
+    decoder = MessagesDecoder(secrets=(key,))
+    streamed = decoder.feed(b"event: error\ndata: " + raw + b"\n\n")
+    while decoder.pending:
+        streamed += decoder.take()
+    for delta in (whole, *streamed):
+        assert isinstance(delta, UpstreamError) and key not in delta.message
+        assert "bad key [redacted]" in delta.message

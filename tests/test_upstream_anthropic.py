@@ -125,6 +125,19 @@ async def _turn_over_ws(ws: Any, history: list[Any]) -> dict[str, Any]:
             return dict(event["response"])
 
 
+async def test_a_forwarded_client_key_goes_to_the_backend_as_its_x_api_key() -> None:
+    """`--forward-authorization`: the client's own bearer token is the Anthropic key, in the
+    header that API reads (an `Authorization` header would be ignored there)."""
+    async with _harness(forward_authorization=True) as gw:
+        async with AsyncOpenAI(base_url=gw.url, api_key="sk-ant-client", max_retries=0) as c:
+            gw.backend.script([*text_chunks(["ok"]), *END])
+            answer = await c.responses.create(model="claude-x", input="hi")
+        assert answer.output_text == "ok"
+        record = gw.backend.records[-1]
+        assert record.headers["x-api-key"] == "sk-ant-client"
+        assert "authorization" not in record.headers
+
+
 @pytest.mark.parametrize("websocket", [False, True], ids=["http", "websocket"])
 async def test_signed_thinking_goes_back_before_its_tool_use_on_the_next_turn(
     websocket: bool,

@@ -54,7 +54,7 @@ from streamer.upstream.http1.wire import (
     ProtocolError,
     ReadTimeout,
 )
-from streamer.upstream.kind import Wire
+from streamer.upstream.kind import Wire, bearer
 
 log = logging.getLogger("streamer.upstream")
 
@@ -368,7 +368,13 @@ class BackendClient:
     def _headers(self, headers: dict[str, str], pool: ConnectionPool) -> list[tuple[str, str]]:
         """Headers merged case-insensitively, the later winning; the key added if none came."""
         merged = {k.lower(): (k, v) for k, v in headers.items()}
-        if "authorization" not in merged:
+        forwarded = merged.get("authorization")
+        if forwarded is not None and self.wire.auth is not bearer:
+            # a client's forwarded bearer token goes where this kind takes its key (x-api-key)
+            del merged["authorization"]
+            name, value = self.wire.auth(bearer_token({"authorization": forwarded[1]}) or "")
+            merged[name.lower()] = (name, value)
+        elif forwarded is None:
             if self._api_key:
                 name, value = self.wire.auth(self._api_key)
                 merged.setdefault(name.lower(), (name, value))

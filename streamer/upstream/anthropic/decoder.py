@@ -39,6 +39,7 @@ from streamer.core.deltas import (
     Usage,
 )
 from streamer.core.json_bounds import MAX_ITEM_DEPTH, too_deep
+from streamer.core.scrub import excerpt
 from streamer.core.sse import SSEMessage
 from streamer.sealing import MAX_PLAIN_BYTES
 from streamer.upstream.anthropic.blocks import ThinkingRun, thinking_blob
@@ -91,11 +92,12 @@ class MessagesEventDecoder:
 
     __slots__ = (
         "_blocks", "_calls", "_in_run", "_kept", "_kind", "_last", "_last_use", "_lessons",
-        "_runs", "_shape", "_thought", "_usage", "done", "finished",
+        "_runs", "_secrets", "_shape", "_thought", "_usage", "done", "finished",
     )  # fmt: skip
 
-    def __init__(self, lessons: int = _LESSONS) -> None:
+    def __init__(self, lessons: int = _LESSONS, *, secrets: tuple[str, ...] = ()) -> None:
         self._lessons = lessons
+        self._secrets = secrets  # taken out of the backend's error text (streamer/core/scrub.py)
         self._shape = NO_SHAPE  # the block's per-token event, once learnt
         self._kind: Any = None  # (block index, delta type) the shape is of
         self._last: Any = None  # (block index, delta type) of the last delta parsed whole
@@ -151,7 +153,8 @@ class MessagesEventDecoder:
             obj = _loads(data)
         except orjson.JSONDecodeError:
             text = data[: _SNIPPET * 4]
-            text = (text.decode("utf-8", "replace") if isinstance(text, bytes) else text)[:_SNIPPET]
+            text = text.decode("utf-8", "replace") if isinstance(text, bytes) else text
+            text = excerpt(text, _SNIPPET, self._secrets)
             out.append(UpstreamError(INVALID_CHUNK, f"The backend sent malformed JSON: {text!r}"))
             self.done = True
             return True
@@ -209,7 +212,7 @@ class MessagesEventDecoder:
         elif kind == "message_stop":
             self.done = self.finished = True
         elif kind == "error":
-            out.append(stream_error(obj))
+            out.append(stream_error(obj, self._secrets))
 
     # -- content blocks -----------------------------------------------------------------
 

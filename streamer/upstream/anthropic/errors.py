@@ -19,6 +19,7 @@ import orjson
 
 from streamer.core.deltas import UpstreamError
 from streamer.core.errors import RequestError
+from streamer.core.scrub import scrub
 from streamer.upstream.chat.error_shapes import CONTEXT_OVERFLOW, is_context_overflow
 from streamer.upstream.chat.http_errors import http_error as shared_http_error
 from streamer.upstream.chat.http_errors import rate_limit_headers
@@ -69,8 +70,9 @@ def _retry_after(headers: Mapping[str, str]) -> str:
     return DEFAULT_RETRY_AFTER
 
 
-def stream_error(obj: Mapping[str, Any]) -> UpstreamError:
-    """An `error` event (or an error body on a 2xx) -> the turn's failure."""
+def stream_error(obj: Mapping[str, Any], secrets: tuple[str, ...] = ()) -> UpstreamError:
+    """An `error` event (or an error body on a 2xx) -> the turn's failure, its words
+    scrubbed of `secrets` (whole ones) where they enter."""
     inner = obj.get("error")
     err: Mapping[str, Any] = inner if isinstance(inner, Mapping) else obj
     raw_kind = err.get("type")
@@ -78,6 +80,8 @@ def stream_error(obj: Mapping[str, Any]) -> UpstreamError:
     message = err.get("message")
     if not isinstance(message, str) or not message:
         message = "The backend reported an error."
+    if secrets:
+        message, kind = scrub(message, secrets), scrub(kind, secrets)
     if overflow(kind, message):
         return UpstreamError(CONTEXT_OVERFLOW, message)
     return UpstreamError(_STREAM_CODES.get(kind, kind or "server_error"), message)

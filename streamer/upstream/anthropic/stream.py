@@ -32,7 +32,7 @@ class MessagesDecoder(ChatDecoder):
         return EventFraming()
 
     def _payloads(self) -> MessagesEventDecoder:
-        return MessagesEventDecoder()
+        return MessagesEventDecoder(secrets=self._secrets)
 
     def take(self) -> list[Delta]:
         """As `ChatDecoder.take`, but the batches stay small until one has a delta: a
@@ -73,8 +73,9 @@ def looks_like_messages(data: str) -> bool:
     return kind in EVENT_TYPES and kind != "error"  # an error is any stream's: Responses' too
 
 
-def decode_message_body(raw: bytes | bytearray) -> list[Delta]:
-    """A whole (non-streamed) Message, as the deltas its stream would have carried."""
+def decode_message_body(raw: bytes | bytearray, secrets: tuple[str, ...] = ()) -> list[Delta]:
+    """A whole (non-streamed) Message, as the deltas its stream would have carried
+    (`secrets`: taken out of an error it reports)."""
     try:
         body = _loads(raw)
     except orjson.JSONDecodeError:
@@ -83,8 +84,8 @@ def decode_message_body(raw: bytes | bytearray) -> list[Delta]:
         why = "The backend answered with a JSON value, not a Message."
         return [UpstreamError(INVALID_CHUNK, why)]
     if error_body(raw) is not None:
-        return [stream_error(body)]
-    decoder = MessagesEventDecoder()
+        return [stream_error(body, secrets)]
+    decoder = MessagesEventDecoder(secrets=secrets)
     out: list[Delta] = []
     decoder.event({"type": "message_start", "message": {"usage": body.get("usage")}}, out)
     for index, block in enumerate(body.get("content") or ()):
