@@ -315,7 +315,7 @@ class FastConnection:
 
     def _refuse(self, error: RequestError) -> Step:
         assert self.request is not None
-        self.request.error = error
+        self.request.error = error.with_traceback(None)  # its frames may hold body bytes
         self._parts.clear()
         self._reads = []  # never handed over now
         self.state = State.DISCARDING

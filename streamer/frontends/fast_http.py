@@ -294,7 +294,7 @@ class FastProtocol(asyncio.Protocol):
         try:
             body = self.route.endpoint.parse(request.body)
         except RequestError as exc:
-            body = exc
+            body = exc.with_traceback(None)  # its frames would hold the body until answered
         if type(body) is dict and body.get("background"):  # aiohttp's: its snapshot, its follow
             self._give(self.conn.hand_over())
             return
