@@ -4,16 +4,37 @@ from __future__ import annotations
 
 from typing import Any
 
-from streamer.pipeline import Turn
+import orjson
+
+from streamer.core.events import TERMINAL_EVENT_TYPES, Event
 from streamer.store import StoredResponse
+from streamer.turn import Turn
 
 
 def stored(turn: Turn) -> StoredResponse:
-    """What the store keeps of a turn: the public response, the input as listed, and who
-    asked (the owner)."""
+    """What the store keeps of a turn: the public response, the input as listed, who asked
+    (the owner), and the affinity key it was routed by (streamer/upstream/registry.py)."""
     return StoredResponse(
-        turn.response, [public_input_item(item) for item in turn.items], turn.client or None
+        turn.response,
+        [public_input_item(item) for item in turn.items],
+        turn.client or None,
+        getattr(turn.route, "key", None),
     )
+
+
+def unstored(batch: list[Event]) -> list[Event]:
+    """The last batch of a turn whose response could not be stored: its terminal event's
+    response says `store: false` (as `turn.response` now does). Only on that failure: the
+    event is encoded again."""
+    out = []
+    for event in batch:
+        if event.type in TERMINAL_EVENT_TYPES:
+            value = orjson.loads(event.data)
+            if isinstance(value.get("response"), dict):
+                value["response"]["store"] = False
+                event = event._replace(data=orjson.dumps(value))
+        out.append(event)
+    return out
 
 
 def public_input_item(item: dict[str, Any]) -> dict[str, Any]:

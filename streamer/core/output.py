@@ -50,7 +50,7 @@ from streamer.core.deltas import (
     WholeItem,
 )
 from streamer.core.errors import failure
-from streamer.core.events import Event
+from streamer.core.events import CANCELLED, CANCELLED_EVENT, Event
 from streamer.core.output_items import (
     INCOMPLETE,
     LIMIT_REASON,
@@ -106,6 +106,7 @@ class OutputItemStreamer:
         limits: OutputLimits | None = None,
         prompt: Any = None,
         seal_reasoning: Callable[[str, str | None], str] | None = None,
+        reasoning_summary: int | None = None,
     ) -> None:
         limits = limits or OutputLimits()
         # the client asked for `reasoning.encrypted_content`: each reasoning item carries
@@ -135,9 +136,11 @@ class OutputItemStreamer:
         self._items_left = limits.max_items
         # The limit the backend's answer went past ("max_output_bytes"/"max_output_items").
         self.exceeded: str | None = None
-        # the backend's summary part the reasoning text goes to (None: the raw reasoning,
-        # `reasoning_text` content); only a Responses backend names one (`ReasoningPart`)
-        self._summary: int | None = None
+        # the summary part the reasoning text goes to (None: the raw reasoning,
+        # `reasoning_text` content); a Responses backend names one (`ReasoningPart`), and
+        # `reasoning_summary` says where reasoning nobody named goes (summary 0 when the
+        # client asked for a summary of a backend that only has its reasoning)
+        self._summary: int | None = reasoning_summary
         # a backend's items passed whole, and their events (made when the first comes)
         self._passing: PassedItems | None = None
         # the handlers are the class's (HANDLERS): a table of bound methods here would make
@@ -261,12 +264,9 @@ class OutputItemStreamer:
         self._end("failed", failure(code, message, type))
 
     def cancel(self) -> list[Event]:
-        """A cancelled background turn: `response.failed` whose response is `cancelled`.
-
-        The event grammar has no cancelled event; `response.failed` is the terminal event
-        every client already handles.
-        """
-        self._end("cancelled", None)
+        """A cancelled turn: `CANCELLED_EVENT` (`response.failed`) whose response is
+        `cancelled`, with no error (core/events.py)."""
+        self._end(CANCELLED, None)
         return self._take()
 
     def _end(self, status: str, error: dict[str, Any] | None) -> None:
@@ -274,7 +274,7 @@ class OutputItemStreamer:
             return
         self._close_all("incomplete")
         self.response["error"] = error
-        self._terminal(status, "response.failed")
+        self._terminal(status, CANCELLED_EVENT if status == CANCELLED else "response.failed")
 
     # -- deltas -------------------------------------------------------------------
 

@@ -11,9 +11,9 @@ Each rule a request meets is here once, in the order both servers apply them:
 3. the body (`request_body.BodyReader`): wire and decoded bytes each held to a limit as
    they come, then the one JSON parse of a request body (`parse_body`, bounded in depth
    and values by `core/json_bounds.py`);
-4. the turn (`Endpoint.prepare`, `Endpoint.serve`): the client it acts for, in-flight
-   tracking for the shutdown drain, a JSON answer or an SSE stream (`SSESink`, written
-   through the server's `Reply`);
+4. the turn (`Endpoint.prepare`, `Endpoint.serve`): the client it acts for, then
+   `Gateway.run` (which tracks it for the shutdown drain) into a JSON answer or an SSE
+   stream (`SSESink`, written through the server's `Reply`);
 5. what a failure says (`error_answer`), the one mapping aiohttp's middleware uses too;
 6. the observed request (`Observed`): its request id, metrics and access line;
 7. the headers every answer carries (`Decorations`): its request id, a worker's index.
@@ -32,16 +32,17 @@ import orjson
 
 from streamer import logs
 from streamer.core import json_bounds, sse
-from streamer.core.errors import RequestError, invalid, shutting_down
+from streamer.core.errors import RequestError, invalid, shutting_down, store_unavailable
 from streamer.core.events import Event
 from streamer.core.response import new_id
 from streamer.frontends.api_keys import ApiKeys, credential
 from streamer.frontends.request_body import BodyReader, check_coding, check_media, closing
-from streamer.gateway import Gateway, store_unavailable
+from streamer.gateway import Gateway
 from streamer.logs import choose_request_id
 from streamer.metrics import Metrics
-from streamer.pipeline import JSONSink, Turn
 from streamer.store import StoreUnavailable
+from streamer.turn import Turn
+from streamer.turn_runner import JSONSink
 
 log = logging.getLogger("streamer.frontends.endpoint")
 
@@ -231,23 +232,22 @@ class Endpoint:
     async def serve(
         self, turn: Turn, reply: Reply, answer: Callable[[Turn], Any] = _response
     ) -> None:
-        """Run a prepared turn into `reply`, tracked for the shutdown drain: the JSON of
-        `answer(turn)`, or (`stream: true`) its events as SSE."""
+        """Run a prepared turn into `reply` (`Gateway.run` tracks it for the shutdown
+        drain): the JSON of `answer(turn)`, or (`stream: true`) its events as SSE."""
         gateway = self.gateway
         gateway.stats["http_turns"] += 1
-        with gateway.in_flight.tracking():
-            if not turn.request.get("stream"):
-                await gateway.run(turn, JSONSink(), "json")
-                await reply.json(json_body(answer(turn)))
-                return
-            sink = SSESink(reply)
-            try:
-                await gateway.run(turn, sink, "sse")
-            except ConnectionResetError:  # the client left between two writes
-                if not sink.answered:
-                    raise
-                return
-            await sink.end()
+        if not turn.request.get("stream"):
+            await gateway.run(turn, JSONSink(), "json")
+            await reply.json(json_body(answer(turn)))
+            return
+        sink = SSESink(reply)
+        try:
+            await gateway.run(turn, sink, "sse")
+        except ConnectionResetError:  # the client left between two writes
+            if not sink.answered:
+                raise
+            return
+        await sink.end()
 
     def observe(self, method: str, route: str, path: str, offered: str | None) -> Observed:
         return Observed(self.gateway.metrics, method, route, path, offered)

@@ -169,7 +169,7 @@ def fresh(probed_at: float | None, now: float, seconds: float) -> bool:
 
 
 class ReadyProbe:
-    """The readiness probe (backend `GET /models`, store ping) behind `/readyz`.
+    """The readiness probe (backend `GET /models`, a store write) behind `/readyz`.
 
     `/readyz` needs no key: without a cache, every call would be a backend request.
     An answer is kept `--readyz-cache-seconds`; calls meanwhile share the probe in flight.
@@ -195,10 +195,7 @@ class ReadyProbe:
     async def _probe(self, gateway: Gateway) -> tuple[bool, bool]:
         try:
             backend = await gateway.upstreams.ping()
-            try:
-                store = await gateway.store.ping()
-            except Exception:
-                store = False
+            store = await gateway.store_health.probe()  # a write: can the store keep one
             self._result = (backend, store)
             self._at = asyncio.get_running_loop().time()
             return self._result
@@ -210,7 +207,7 @@ READY_PROBE = web.AppKey("ready_probe", ReadyProbe)
 
 
 async def readyz(request: web.Request) -> web.Response:
-    """Ready when the backend answers and the store is reachable (503 otherwise)."""
+    """Ready when the backend answers and the store takes a write (503 otherwise)."""
     backend, store = await request.app[READY_PROBE].check(request.app[GATEWAY])
     ready = backend and store
     return json_response(
