@@ -131,7 +131,7 @@ def _open_endpoint(app: web.Application, gateway: Gateway) -> None:
     if not same_parser():
         log.warning("--fast-http is off: aiohttp runs without its C parser (llhttp)")
         return
-    app[FAST_ROUTE] = FastRoute(endpoint, settings)
+    app[FAST_ROUTE] = FastRoute(endpoint, settings, app[DRAINING])
 
 
 def _on_sighup(app: web.Application, router: Router) -> None:

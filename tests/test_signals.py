@@ -93,6 +93,7 @@ async def test_sigterm_first_fails_readyz_while_everything_else_is_served(tmp_pa
                 async with http.post(f"{gw.url}/responses", json=body) as reply:
                     assert reply.status == 200
                     assert b"response.completed" in await reply.read() or not stream
+                    assert reply.headers["Connection"] == "close"  # the next one: elsewhere
             async with http.get(gw.origin + "/healthz") as reply:
                 assert reply.status == 200  # alive: only readiness fails
                 assert reply.headers["Connection"] == "close"

@@ -33,6 +33,7 @@ from streamer.core.errors import RequestError
 from streamer.frontends.background import SSE_HEADERS
 from streamer.frontends.endpoint import Endpoint, closes, error_answer
 from streamer.frontends.fast_connection import MAX_HEAD, FastConnection, Request, State, Step
+from streamer.stopping import Draining
 
 PATH = "/v1/responses"  # aiohttp's canonical name of the route, in the metrics
 TRANSFER = ("Transfer-Encoding", "chunked")
@@ -72,8 +73,11 @@ def response_head(status: int, fields: list[tuple[str, str]]) -> bytes:
 class FastRoute:
     """What the fast connections of one app share: the endpoint, and the framing."""
 
-    def __init__(self, endpoint: Endpoint, settings: Settings) -> None:
+    def __init__(
+        self, endpoint: Endpoint, settings: Settings, draining: Draining | None = None
+    ) -> None:
         self.endpoint = endpoint
+        self.draining = draining or Draining()  # stopping.py's drain window
         self.max_field = settings.max_header_bytes
         self.body_timeout = settings.client_body_timeout
         self.conns: set[FastProtocol] = set()
@@ -165,6 +169,8 @@ class FastRoute:
     async def _answer(self, conn: FastProtocol, request: Request, body: Any, rid: str) -> int:
         """The answer's status; a failure in OpenAI's error shape (`error_answer`)."""
         endpoint = self.endpoint
+        if self.draining.open:  # the drain window (stopping.py): the answer closes it
+            request.close = conn.close_after = True
         reply = _Reply(self, conn, rid, request.close)
         try:
             if isinstance(body, RequestError):
