@@ -43,10 +43,10 @@ from streamer.frontends.request_head import (
     parse,
     response_head,
 )
-from streamer.gateway import Gateway
 from streamer.logs import choose_request_id
 from streamer.store import StoreUnavailable
-from streamer.turn_runner import JSONSink
+from streamer.turns.gateway import Gateway
+from streamer.turns.turn_runner import JSONSink
 
 log = logging.getLogger("streamer.frontends.fast_http")
 

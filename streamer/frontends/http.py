@@ -10,19 +10,19 @@ from typing import Any
 import orjson
 from aiohttp import web
 
-from streamer.compaction import compacted, compaction_body
 from streamer.core import sse
+from streamer.core.compaction import compacted, compaction_body
 from streamer.core.errors import RequestError, invalid, shutting_down
 from streamer.core.events import Event
 from streamer.core.model_catalog import ModelCatalog, configured_body, models_answer
+from streamer.core.models_config import catalog_entries
+from streamer.frontends.api_keys import CLIENT
 from streamer.frontends.background import SSE_HEADERS, follow
 from streamer.frontends.fast_http import parse_json
 from streamer.frontends.frontdoor import FRONT_DOOR
-from streamer.gateway import Gateway
-from streamer.identity import CLIENT
-from streamer.models_config import catalog_entries
-from streamer.turn import Turn
-from streamer.turn_runner import JSONSink
+from streamer.turns.gateway import Gateway
+from streamer.turns.turn import Turn
+from streamer.turns.turn_runner import JSONSink
 from streamer.worker import WORKER_INFO
 
 log = logging.getLogger("streamer.frontends.http")
@@ -133,7 +133,7 @@ async def create_response(request: web.Request) -> web.StreamResponse:
 
 
 async def compact(request: web.Request) -> web.Response:
-    """POST /v1/responses/compact: the compaction turn of the trigger (streamer/compaction.py),
+    """POST /v1/responses/compact: the compaction turn of the trigger (streamer/core/compaction.py),
     answered as a `response.compaction` object."""
     gateway = request.app[GATEWAY]
     if gateway.in_flight.closing:
