@@ -38,9 +38,9 @@ from streamer.config import Settings
 from streamer.core.deltas import TextDelta
 from streamer.frontends.background import Background
 from streamer.frontends.leases import LAPSED, Leases
-from streamer.gateway import Gateway
 from streamer.store import MemoryStore, StoreUnavailable
-from streamer.upstream.registry import Backend, UpstreamRegistry
+from streamer.turns.gateway import Gateway
+from streamer.turns.registry import Backend, UpstreamRegistry
 from streamer.worker import WORKER_HEADER
 
 BOUND = 30  # seconds any one step may take on a loaded machine (a bound, not a claim)

@@ -10,22 +10,24 @@ from typing import Any
 import orjson
 from aiohttp import web
 
-from streamer.compaction import compacted, compaction_body
+from streamer.core.compaction import compacted, compaction_body
 from streamer.core.model_catalog import ModelCatalog, configured_body, models_answer
+from streamer.core.models_config import catalog_entries
+from streamer.frontends.api_keys import CLIENT
 from streamer.frontends.background import SSE_HEADERS, follow
 from streamer.frontends.endpoint import Decorations, Endpoint
 from streamer.frontends.frontdoor import FRONT_DOOR
+from streamer.frontends.leases import Leases
 from streamer.frontends.request_body import late, unreadable
-from streamer.gateway import Gateway
-from streamer.identity import CLIENT
-from streamer.models_config import catalog_entries
 from streamer.stopping import DRAINING
+from streamer.turns.gateway import Gateway
 from streamer.worker import WORKER_INFO
 
 log = logging.getLogger("streamer.frontends.http")
 
 
 GATEWAY = web.AppKey("gateway", Gateway)
+LEASES = web.AppKey("leases", Leases)  # the background turns' (frontends/leases.py)
 MODEL_CATALOG = web.AppKey("model_catalog", ModelCatalog)  # --model-metadata, checked
 ENDPOINT = web.AppKey("endpoint", Endpoint)  # set at startup, with the gateway
 DECORATIONS = web.AppKey("decorations", Decorations)  # what every answer carries
@@ -119,7 +121,7 @@ async def create_response(request: web.Request) -> web.StreamResponse:
         snapshot = await gateway.start_background(turn)
         if not turn.request.get("stream"):
             return web.Response(body=snapshot, content_type="application/json")
-        leases, keepalive = gateway.background.leases, gateway.settings.sse_keepalive
+        leases, keepalive = request.app[LEASES], gateway.settings.sse_keepalive
         return await follow(
             request, gateway.store, turn.response["id"], after=-1, leases=leases,
             keepalive=keepalive,

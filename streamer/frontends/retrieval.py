@@ -11,13 +11,13 @@ from typing import Literal
 
 from aiohttp import web
 
-from streamer.conversations import is_conversation_id
 from streamer.core.errors import RequestError, invalid
+from streamer.frontends.api_keys import CLIENT
 from streamer.frontends.background import follow
-from streamer.frontends.http import GATEWAY, json_response
+from streamer.frontends.http import GATEWAY, LEASES, json_response
 from streamer.frontends.leases import RUNNING, running_background
-from streamer.identity import CLIENT
 from streamer.store import StoreUnavailable
+from streamer.turns.conversations import is_conversation_id
 
 
 def _not_found(response_id: str) -> RequestError:
@@ -79,7 +79,7 @@ async def get_response(request: web.Request) -> web.StreamResponse:
     if request.query.get("stream", "").lower() not in ("true", "1"):
         if running_background(response):  # a poll: its runner may be gone (leases.py)
             with contextlib.suppress(StoreUnavailable):
-                if await gateway.background.leases.end_if_lapsed(response_id):
+                if await request.app[LEASES].end_if_lapsed(response_id):
                     response = await gateway.store.get_response(response_id, owner=owner)
         if response is None:
             raise _not_found(response_id)
@@ -87,7 +87,7 @@ async def get_response(request: web.Request) -> web.StreamResponse:
     if not response.get("background"):
         raise invalid("Only background responses can be streamed again.", "stream")
     after = int_arg(request, "starting_after", -1)
-    leases, keepalive = gateway.background.leases, gateway.settings.sse_keepalive
+    leases, keepalive = request.app[LEASES], gateway.settings.sse_keepalive
     return await follow(
         request, gateway.store, response_id, after=after, leases=leases, keepalive=keepalive
     )
