@@ -17,7 +17,7 @@ from itertools import count
 from typing import Any, Literal, get_args
 
 from streamer.core.tool_choice import ChoiceIndex, Entry, resolve_choice
-from streamer.core.tool_decls import FIXED_NAME_KINDS, ToolKind, declarations
+from streamer.core.tool_decls import FIXED_NAME_KINDS, Decl, ToolKind, declarations
 from streamer.core.tool_templates import ToolTemplates
 
 __all__ = [
@@ -169,6 +169,19 @@ class ResponsesToolNames:
         self._declared = {t.name: t for t in self.tools}
         return self
 
+    def declare(self, decls: Iterable[Decl]) -> None:
+        """More callable tools, after the request's own (an MCP server's listed tools, kind
+        `mcp`, one namespace per server): each gets a flat name by the same builder, so a
+        name the client's tools hold already is aliased, never shared."""
+        for d in decls:
+            ident = ToolIdentity(d.namespace, d.name, d.kind)
+            if ident in self._by_identity:
+                continue
+            tool = FlatTool(self._assign(ident), ident, d.description, d.parameters, d.strict)
+            self.tools.append(tool)
+            self._declared[tool.name] = tool
+        self._index = None
+
     def copy(self) -> ResponsesToolNames:
         """An independent map with the same names (a request registers its own later)."""
         other = ResponsesToolNames.__new__(ResponsesToolNames)
@@ -242,6 +255,8 @@ class ResponsesToolNames:
         flat = self._by_identity.get(ident)
         if flat is not None:
             return flat
+        if kind == "mcp":  # an MCP server's tool is that server's, or new (never a client's)
+            return self._assign(ident)
         namespaces = [ns]
         if ns is not None and ns == name:  # deferred top-level function loaded by search
             namespaces.append(None)

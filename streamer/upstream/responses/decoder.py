@@ -81,13 +81,17 @@ _KNOWN = frozenset(
     )
 )  # fmt: skip
 # the calls whose arguments stream (function arguments, custom input): their kinds' rows
-_CALLS = tuple(row.call_type for row in CALL_KINDS.values() if row.events is not None)
+_CALLS = tuple(
+    row.call_type for row in CALL_KINDS.values() if row.events is not None and not row.hosted
+)  # a backend's own mcp_call (it ran the tool) passes whole
 # Items whose content arrives as the deltas above: nothing of them is passed whole.
 _STREAMED = ("message", "reasoning", *_CALLS)
 _INCOMPLETE = {"max_output_tokens": "length", "content_filter": "content_filter"}
 _SNIPPET = 120
 _ANNOTATION_DEPTH = MAX_ITEM_DEPTH - 4  # item, content, part, annotations: then the annotation
-_PIECES = tuple(row.events[0] for row in CALL_KINDS.values() if row.events is not None)
+_PIECES = tuple(
+    row.events[0] for row in CALL_KINDS.values() if row.events is not None and not row.hosted
+)
 _LESSONS = 8  # shapes learnt per stream at most: a backend whose events all differ costs little
 
 
