@@ -140,6 +140,13 @@ class OutputItemStreamer:
         self._summary: int | None = None
         # a backend's items passed whole, and their events (made when the first comes)
         self._passing: PassedItems | None = None
+        # A turn of several backend answers (the gateway runs MCP calls between them): the
+        # identity kinds whose calls are held at an answer's end (`end_answer`), where this
+        # answer's items start, and the usage of the answers before it.
+        self.hold: frozenset[str] = frozenset()
+        self.answer_finish: str | None = None  # the last ended answer's finish reason
+        self._answer_from = 0
+        self._spent: Usage | None = None
         # the handlers are the class's (HANDLERS): a table of bound methods here would make
         # every turn a reference cycle, freed only by the collector, turns after it ended
         self._handlers = HANDLERS
@@ -238,6 +245,67 @@ class OutputItemStreamer:
         self._close_all("completed")
         self._terminal("completed", "response.completed")
         return self._take()
+
+    def end_answer(self) -> tuple[list[Event], list[Call]]:
+        """One backend answer of a longer turn ended (the gateway runs the calls it holds,
+        then asks the backend again): its items closed, the calls of a `hold` kind kept back
+        (returned in backend order, never emitted), no terminal event; its usage is summed
+        into the response's at the end."""
+        held = [
+            c
+            for c in sorted(self._calls.values(), key=lambda c: c.index)
+            if not c.emitted and c.name and self.names.decode(c.name).kind in self.hold
+        ]
+        for call in held:
+            call.emitted = True
+        left, items_left = self._left, self._items_left + len(held)  # their items come later
+        self._close_all("completed")
+        self._left, self._items_left = left, items_left
+        self.answer_finish, u = self._finish, self._answer_usage()
+        self._spent = u if self._spent is None else _plus(self._spent, u)
+        self._answer_from, self._usage, self._finish = len(self._output), None, None
+        self._calls, self._waiting, self._live, self._hot = {}, deque(), None, None
+        self._summary = self._passing = None
+        return self._take(), held
+
+    def next_answer(self, prompt: Any) -> None:
+        """The backend is asked again, with `prompt` (what usage is estimated from)."""
+        self._prompt = prompt
+
+    def add_item(self, item: dict[str, Any]) -> list[Event]:
+        """`output_item.added` for an item the gateway makes itself (an MCP list, call or
+        approval request), open until `done_item`; nothing past the item limit (then
+        `exceeded` is set)."""
+        if self.done or not self._new_item():
+            return []
+        self._close_open("completed")
+        self._open_item_as(item)
+        return self._take()
+
+    def item_event(self, event: dict[str, Any]) -> list[Event]:
+        """An event about the item `add_item` opened (its id and output index added)."""
+        item = self._open
+        if item is None:
+            return []
+        self._event({**event, "item_id": item.id, "output_index": item.output_index})
+        return self._take()
+
+    def done_item(self, item: dict[str, Any]) -> list[Event]:
+        """`output_item.done` for the item `add_item` opened: `item` is its final form."""
+        opened, self._open = self._open, None
+        if opened is None:
+            return []
+        self._output.append(item)
+        self._event(
+            {"type": "response.output_item.done", "output_index": opened.output_index, "item": item}
+        )
+        return self._take()
+
+    def _answer_usage(self) -> Usage:
+        """The usage the ended answer's backend sent, else an estimate of that answer."""
+        if self._usage is not None:
+            return self._usage
+        return estimate_usage(self._prompt, self._output[self._answer_from :])
 
     def cut(self) -> list[Event]:
         """End `incomplete` now (an output limit, see `exceeded`), keeping the output so far."""
@@ -600,6 +668,8 @@ class OutputItemStreamer:
             if not call.name or not _whole_json("".join(call.args)):
                 break
             waiting.popleft()
+            if self.hold and self.names.decode(call.name).kind in self.hold:
+                continue  # the gateway runs it once the answer ended (`end_answer`)
             self._close_open("completed")
             self._close_call(call, "completed")
             if call is self._live:
@@ -754,11 +824,12 @@ class OutputItemStreamer:
         if self._passing is not None:
             self._orphans(status)
 
-    @staticmethod
-    def _call_status(call: Call, status: str) -> str:
-        if status == "incomplete" and _whole_json("".join(call.args)):
-            return "completed"
-        return status
+    def _call_status(self, call: Call, status: str) -> str:
+        if status != "incomplete" or not _whole_json("".join(call.args)):
+            return status
+        if self.hold and self.names.decode(call.name).kind in self.hold:
+            return status  # a call the gateway would have run: it did not
+        return "completed"
 
     def _done_item(self, item: dict[str, Any], output_index: int, status: str) -> None:
         item["status"] = status
@@ -772,9 +843,9 @@ class OutputItemStreamer:
         response["status"] = status
         if status == "completed":
             response["completed_at"] = int(time.time())
-        u = self._usage
-        if u is None:
-            u = estimate_usage(self._prompt, self._output)
+        u = self._answer_usage()
+        if self._spent is not None:
+            u = _plus(self._spent, u)
         response["usage"] = usage_object(
             u.input_tokens,
             u.output_tokens,
@@ -836,6 +907,17 @@ HANDLERS: dict[type, Callable[[OutputItemStreamer, Any], None]] = {
 }
 """Each delta's handler, called with the streamer (one table for every turn)."""
 del _S
+
+
+def _plus(a: Usage, b: Usage) -> Usage:
+    """Two answers' usage summed (one response of several backend answers)."""
+    return Usage(
+        a.input_tokens + b.input_tokens,
+        a.output_tokens + b.output_tokens,
+        a.cached_tokens + b.cached_tokens,
+        a.cache_write_tokens + b.cache_write_tokens,
+        a.reasoning_tokens + b.reasoning_tokens,
+    )
 
 
 def _whole_json(arguments: str) -> bool:
