@@ -367,6 +367,37 @@ class Settings:
         "Restarts one worker may have in 60 s; beyond, its next start waits until the "
         "oldest of them is 60 s old (logged).",
     )
+    mcp: str = setting(
+        "on",
+        'Remote MCP servers (`{"type": "mcp"}` tools) run by the gateway: on or off '
+        "(then such a tool is a 400).",
+    )
+    mcp_allow: tuple[str, ...] = setting(
+        (),
+        "Host pattern an MCP server_url may reach (repeatable): a name, *.domain, an IP, a "
+        "CIDR, public or *. Unset: public addresses only (no private, loopback, link-local).",
+    )
+    mcp_timeout: float = setting(30.0, "Seconds per MCP operation (list, call); then an error.")
+    mcp_max_calls: int = setting(
+        32, "MCP tool calls one response may run (max_tool_calls lowers it)."
+    )
+    mcp_max_tools: int = setting(128, "Tools one MCP server may list; more is a 424.")
+    mcp_max_list_bytes: int = setting(
+        1024 * 1024, "Bytes of one MCP server's tool list (its JSON); more is a 424."
+    )
+    mcp_max_output_bytes: int = setting(
+        1024 * 1024, "Bytes of one MCP call's output; more is the call's error."
+    )
+    mcp_cache_seconds: float = setting(
+        300.0, "Seconds a listed MCP tool list is reused (per server URL and headers)."
+    )
+    mcp_cache_entries: int = setting(256, "MCP tool lists kept cached at most (oldest out).")
+    optional_hosted_tools: tuple[str, ...] = setting(
+        ("web_search",),
+        "Hosted tool types the gateway cannot run that are left out (logged) rather than "
+        "a 400 (repeatable).",
+        flag="--optional-hosted-tool",
+    )
     log_level: str = setting("warning", "debug, info, warning or error.")
     extra: dict[str, Any] = field(default_factory=dict)
     # the state key a `--workers` supervisor made for its workers (no --state-key-file)
