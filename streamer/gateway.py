@@ -28,9 +28,10 @@ from streamer.core.errors import (
 from streamer.core.events import Event
 from streamer.identity import request_client
 from streamer.in_flight import InFlight, Stop
+from streamer.mcp.client import McpClients
 from streamer.metrics import Metrics
 from streamer.observe import Observation, open_recording
-from streamer.options import turn_options
+from streamer.options import mcp_settings, turn_options
 from streamer.quiet_trim import QuietTrim, malloc_trim
 from streamer.recorder import TapDirectory
 from streamer.records import stored, unstored
@@ -104,6 +105,7 @@ class Gateway:
         self.stats: dict[str, int] = {"http_turns": 0, "ws_connections": 0, "ws_turns": 0}
         self.metrics = Metrics()
         self.tap = TapDirectory(settings.tap_dir) if settings.tap_dir else None
+        self.mcp = McpClients(mcp_settings(settings))  # remote MCP servers' tool lists
         self.quiet = QuietTrim(
             settings.trim_after, malloc_trim() if settings.trim_after > 0 else None
         )
@@ -148,6 +150,7 @@ class Gateway:
         await self.check_store(turn.request)  # valid: a store outage is no reason for a 400
         self.upstreams.bind(turn, plan, session, inherited=affinity)
         turn.conversation, turn.new_from = conversation, len(history)
+        turn.mcp_clients = self.mcp
         if authorization and self.settings.forward_authorization:
             turn.headers["Authorization"] = authorization
         return turn

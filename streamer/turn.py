@@ -28,6 +28,10 @@ from streamer.core.deltas import Usage
 from streamer.core.errors import invalid
 from streamer.core.events import Event
 from streamer.core.lowering import LoweringOptions, normalize_input
+from streamer.core.mcp_history import has_mcp, replayed
+from streamer.core.mcp_loop import McpLimits, McpTurn
+from streamer.core.mcp_loop import setup as mcp_setup
+from streamer.core.mcp_servers import public_tools, wanted
 from streamer.core.media_parts import check_media
 from streamer.core.output import OutputItemStreamer
 from streamer.core.output_items import OutputLimits
@@ -53,6 +57,7 @@ class TurnOptions:
     max_turn_seconds: float = 3600.0
     sealer: Sealer = field(default_factory=Sealer.random)  # encrypted_content (--state-key-file)
     kind: BackendKind = CHAT  # what the backend speaks (--upstream-api): its lowering
+    mcp: McpLimits | None = field(default_factory=McpLimits)  # None: --mcp off
 
 
 @dataclass(slots=True)
@@ -77,6 +82,8 @@ class Turn:
     new_from: int = 0  # where the request's own items start in `items` (after any history)
     route: object | None = None  # the model and affinity it is routed by (upstream/registry.py)
     kind: BackendKind = CHAT  # the backend's kind: how a truncated retry is lowered again
+    mcp: McpTurn | None = None  # its remote MCP servers' loop (core/mcp_loop.py)
+    mcp_clients: object | None = None  # who runs it (streamer/mcp/client.py), set by the gateway
 
     @property
     def response(self) -> dict[str, Any]:
@@ -104,7 +111,10 @@ def prepare(
             f"Too many input items: {len(items)} (at most {options.max_input_items}).", "input"
         )
     view = restore_sealed(items, options.sealer, offset=len(history), owner=client)  # or a 400
+    request, view, mcp = _mcp(request, view, len(history), options)
     names = ResponsesToolNames.convert(request.get("tools"), view, config=options.naming)
+    if mcp is not None:
+        names.declare(mcp.declarations())  # the tools the history listed already
     compactor = None
     if is_compaction(new_items):
         backend_request = options.kind.compaction(request, view, names, options.lowering)
@@ -123,6 +133,7 @@ def prepare(
         prompt=prompt,
         seal_reasoning=_reasoning_sealer(request, options, client),
     )
+    streamer.hold = frozenset({"mcp"}) if mcp is not None else frozenset()
     return Turn(
         request,
         items,
@@ -135,7 +146,24 @@ def prepare(
         lowering=options.lowering,
         view=view,
         kind=options.kind,
+        mcp=mcp,
     )
+
+
+def _mcp(
+    request: dict[str, Any], view: list[dict[str, Any]], new_from: int, options: TurnOptions
+) -> tuple[dict[str, Any], list[dict[str, Any]], McpTurn | None]:
+    """The request's MCP loop (None: it has no `mcp` tool, or its backend runs them itself),
+    the request with its `mcp` tools in their public form (the servers' headers are kept in
+    the loop only: never echoed or stored), the history's MCP items shown as calls."""
+    mcp = None
+    if wanted(request) and "mcp" not in options.lowering.tools.hosted:
+        mcp = mcp_setup(request, view, new_from, options.mcp)
+    if mcp is not None:
+        request = {**request, "tools": public_tools(request["tools"])}
+    if mcp is not None or has_mcp(view):
+        view = replayed(view)
+    return request, view, mcp
 
 
 def _reasoning_sealer(

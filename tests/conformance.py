@@ -50,6 +50,9 @@ DEVIATIONS: dict[str, str] = {
     "pass through in stream order with the gateway's sequence_number, item_id and "
     "output_index, after their item's output_item.added; hosted progress events are checked "
     "by the SDK only",
+    "events.mcp_call_arguments": "response.mcp_call_arguments.delta/done stream the "
+    "arguments of an MCP call the gateway runs (OpenAI's events; the spec has none); "
+    "checked by the SDK only",
     "events.reasoning_text": "OpenAI names the reasoning text events "
     "response.reasoning_text.delta/done (the spec: response.reasoning.delta/done); Codex and "
     "the SDK read only OpenAI's names",
@@ -79,8 +82,11 @@ _RENAMED_EVENTS = {
     "response.reasoning_text.done": "response.reasoning.done",
 }
 _SDK_ONLY_EVENTS = frozenset(
-    {"response.custom_tool_call_input.delta", "response.custom_tool_call_input.done"}
-)
+    {
+        "response.custom_tool_call_input.delta", "response.custom_tool_call_input.done",
+        "response.mcp_call_arguments.delta", "response.mcp_call_arguments.done",
+    }
+)  # fmt: skip
 _HOSTED_ITEMS = frozenset(
     {
         "web_search_call", "file_search_call", "code_interpreter_call", "image_generation_call",

@@ -16,9 +16,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from streamer.core.mcp_history import Approval
+from streamer.core.mcp_history import Approval, approvals, listed
 from streamer.core.mcp_items import ListedTool, http_error
-from streamer.core.mcp_servers import McpServer
+from streamer.core.mcp_servers import McpServer, servers
 from streamer.core.tool_decls import Decl
 
 Action = Literal["run", "ask", "refuse"]
@@ -69,6 +69,9 @@ class McpTurn:
     budget: int = 32  # calls this response may run (the least of the two bounds)
     calls: int = 0  # calls run (or started) so far
     exhausted: bool = False  # the budget is spent: the backend is asked without tools
+    held: list[McpCall] | None = None  # the MCP calls of the answer that just ended
+    answer_from: int = 0  # where the answer being read starts in the response's output
+    base: list[dict[str, Any]] = field(default_factory=list)  # the input, as lowered
 
     def declarations(self) -> list[Decl]:
         """The allowed tools as the naming core declares them: one namespace per server."""
@@ -154,3 +157,33 @@ def budget(request: Mapping[str, Any], limits: McpLimits) -> int:
     if isinstance(asked, int) and not isinstance(asked, bool) and asked > 0:
         return min(asked, limits.max_calls)
     return limits.max_calls
+
+
+def setup(
+    request: Mapping[str, Any],
+    items: Sequence[dict[str, Any]],
+    new_from: int,
+    limits: McpLimits | None,
+) -> McpTurn | None:
+    """The loop's state for a request (None: it has no `mcp` tool): its servers (400s for a
+    malformed one; any at all when `limits` is None, `--mcp off`), the tools its history
+    listed already, the approvals its new items give."""
+    tools_field = request.get("tools")
+    found = servers(
+        tools_field if isinstance(tools_field, list) else [], enabled=limits is not None
+    )
+    if not found or limits is None:
+        return None
+    known = listed(items)
+    tools = {
+        s.label: {t.name: t for t in known[s.label] if s.allows(t.name, t.read_only)}
+        for s in found
+        if s.label in known
+    }
+    return McpTurn(
+        {s.label: s for s in found},
+        tools,
+        approved=approvals(items, new_from),
+        limits=limits,
+        budget=budget(request, limits),
+    )

@@ -263,14 +263,22 @@ class OutputItemStreamer:
         self._left, self._items_left = left, items_left
         self.answer_finish, u = self._finish, self._answer_usage()
         self._spent = u if self._spent is None else _plus(self._spent, u)
-        self._answer_from, self._usage, self._finish = len(self._output), None, None
+        # nothing of the next answer yet: a turn that ends here adds no more usage
+        self._answer_from, self._usage, self._finish = len(self._output), Usage(), None
         self._calls, self._waiting, self._live, self._hot = {}, deque(), None, None
         self._summary = self._passing = None
         return self._take(), held
 
     def next_answer(self, prompt: Any) -> None:
         """The backend is asked again, with `prompt` (what usage is estimated from)."""
-        self._prompt = prompt
+        self._prompt, self._usage = prompt, None
+
+    def holds(self) -> bool:
+        """Whether the answer so far made a call of a `hold` kind (the gateway runs it)."""
+        return bool(self.hold) and any(
+            not c.emitted and c.name and self.names.decode(c.name).kind in self.hold
+            for c in self._calls.values()
+        )
 
     def add_item(self, item: dict[str, Any]) -> list[Event]:
         """`output_item.added` for an item the gateway makes itself (an MCP list, call or

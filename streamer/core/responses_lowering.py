@@ -19,7 +19,7 @@ from typing import Any
 import orjson
 
 from streamer.core.backend_tools import BACKEND_BLOB, BackendTools
-from streamer.core.call_kinds import CUSTOM, LOCAL_SHELL
+from streamer.core.call_kinds import CUSTOM, LOCAL_SHELL, MCP
 from streamer.core.errors import invalid
 from streamer.core.item_references import not_found
 from streamer.core.lowering import LoweringOptions, nearest_effort
@@ -111,7 +111,9 @@ def _item(
         return _function_call(out, *LOCAL_SHELL.as_function(names, index, item))
     if kind == "custom_tool_call_output" and not tools.custom:
         return _output(out)
-    if kind == "local_shell_call_output":
+    if kind == "mcp_call" and "call_id" in item:  # an MCP call the gateway ran (mcp_history)
+        return _function_call(out, *MCP.as_function(names, index, item))
+    if kind in ("local_shell_call_output", "mcp_call_output"):
         return _output(out)
     if kind == "reasoning":
         return _reasoning(out, tools)
