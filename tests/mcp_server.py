@@ -3,7 +3,7 @@
 `python tests/mcp_server.py [--token T] [--sse]` serves streamable HTTP at `/mcp` (or
 HTTP+SSE at `/sse` with `--sse`) on a free loopback port and prints `MCP READY <port>` once
 it listens. Its tools: `lookup` (text, read-only), `weather` (structured content), `broken`
-(a tool error), `count` (how many calls this process ran, for tests that a call did not run).
+(a tool error), `stuck` (never answers), `count` (how many calls this process ran).
 With `--token`, every request without `Authorization: Bearer T` is a 401.
 """
 
@@ -14,6 +14,7 @@ import socket
 import sys
 from typing import Any
 
+import anyio
 import uvicorn
 from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
@@ -43,6 +44,13 @@ def broken(reason: str = "broken on purpose") -> str:
     """Always fails."""
     CALLS["n"] += 1
     raise ToolError(reason)
+
+
+@server.tool()
+async def stuck() -> str:
+    """Never answers (for the gateway's --mcp-timeout)."""
+    await anyio.Event().wait()
+    return "never"
 
 
 @server.tool(annotations=ToolAnnotations(readOnlyHint=True))

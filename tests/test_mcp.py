@@ -17,11 +17,20 @@ from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
+import openai
 import orjson
 import pytest
 from harness import GatewayHarness
 from openai import AsyncOpenAI
-from scripted_backend import DONE, ScriptedBackend, finish, text_chunks, tool_call_chunks, usage
+from scripted_backend import (
+    DONE,
+    ScriptedBackend,
+    finish,
+    refusing_url,
+    text_chunks,
+    tool_call_chunks,
+    usage,
+)
 from scripted_responses_backend import ScriptedResponsesBackend
 from sdk_models import validate_event, validate_response
 
@@ -138,7 +147,7 @@ async def test_a_call_runs_on_the_server_and_the_model_answers_with_it(
     assert [i["type"] for i in output] == ["mcp_list_tools", "mcp_call", "message"]
     listed, call, message = output
     assert listed["server_label"] == "dict"
-    assert {t["name"] for t in listed["tools"]} == {"lookup", "weather", "broken", "count"}
+    assert {t["name"] for t in listed["tools"]} == {"lookup", "weather", "broken", "stuck", "count"}
     lookup = next(t for t in listed["tools"] if t["name"] == "lookup")
     assert lookup["annotations"] == {"read_only": True}
     assert lookup["input_schema"]["properties"]["term"]["type"] == "string"
@@ -159,3 +168,161 @@ async def test_a_call_runs_on_the_server_and_the_model_answers_with_it(
     assert [i["type"] for i in body["output"]] == ["mcp_list_tools", "mcp_call", "message"]
     assert body["output"][1]["output"] == call["output"]
     assert body["output"][2]["content"][0]["text"] == said
+
+
+@contextlib.asynccontextmanager
+async def chat_gateway(**settings: Any) -> AsyncIterator[GatewayHarness]:
+    settings.setdefault("mcp_allow", ("127.0.0.1",))
+    async with GatewayHarness(backend=ScriptedBackend(), **settings) as harness:
+        yield harness
+
+
+def output_of(response: Any) -> list[dict[str, Any]]:
+    body = response.model_dump(mode="json")
+    validate_response(body)
+    return list(body["output"])
+
+
+@pytest.mark.parametrize(
+    ("tool", "arguments", "said"),
+    [
+        ("weather", {"city": "Oslo"}, '"celsius": 21'),
+        ("broken", {}, "Error: the tool failed: Error executing tool broken: broken on purpose"),
+    ],
+)
+async def test_structured_content_and_a_tool_error_reach_the_model(
+    server_url: str, tool: str, arguments: dict[str, Any], said: str
+) -> None:
+    async with chat_gateway() as gw:
+        gw.backend.responder = caller(tool, arguments)
+        client = AsyncOpenAI(base_url=gw.url, api_key="k")
+        response = await client.responses.create(
+            model="m", input="go", tools=[mcp_tool(server_url)]
+        )
+    listed, call, message = output_of(response)
+    assert call["name"] == tool
+    if tool == "broken":  # the turn goes on: the model is told
+        assert call["status"] == "failed" and call["output"] is None
+        assert call["error"]["type"] == "mcp_tool_execution_error"
+        assert "broken on purpose" in call["error"]["content"][0]["text"]
+    else:
+        assert call["status"] == "completed" and orjson.loads(call["output"])["city"] == "Oslo"
+    assert said in message["content"][0]["text"]
+
+
+async def test_the_authorization_header_goes_to_its_server_only_and_is_never_echoed() -> None:
+    with mcp_server("--token", TOKEN) as url:
+        async with chat_gateway() as gw:
+            gw.backend.responder = caller("lookup", {"term": "x"})
+            client = AsyncOpenAI(base_url=gw.url, api_key="k")
+            headers = {"Authorization": f"Bearer {TOKEN}"}
+            tool = mcp_tool(url, headers=headers)
+            response = await client.responses.create(model="m", input="go", tools=[tool])
+            assert [i["type"] for i in output_of(response)][:2] == ["mcp_list_tools", "mcp_call"]
+            stored = await client.responses.retrieve(response.id)
+            items = await client.responses.input_items.list(response.id)
+            seen = [
+                orjson.dumps(response.model_dump(mode="json")),
+                orjson.dumps(stored.model_dump(mode="json")),
+                orjson.dumps(items.model_dump(mode="json")),
+                *(orjson.dumps(r) for r in gw.backend.requests),
+            ]
+            assert not any(TOKEN.encode() in s for s in seen)
+            assert stored.tools[0].model_dump()["headers"] is None
+            assert stored.tools[0].model_dump()["server_url"].endswith("/<redacted>")
+            # without the header the server refuses: a 424 naming the server, no backend call
+            calls = len(gw.backend.requests)
+            with pytest.raises(openai.APIStatusError) as refused:
+                await client.responses.create(model="m", input="go", tools=[mcp_tool(url)])
+            assert refused.value.status_code == 424
+            assert "'dict'" in refused.value.message  # the SDK keeps no HTTP status
+            assert len(gw.backend.requests) == calls
+
+
+async def test_an_unreachable_or_unallowed_server_is_a_424_and_mcp_off_a_400(
+    server_url: str,
+) -> None:
+    async with chat_gateway(mcp_allow=()) as gw:  # the default: no loopback address
+        client = AsyncOpenAI(base_url=gw.url, api_key="k")
+        with pytest.raises(openai.APIStatusError) as blocked:
+            await client.responses.create(model="m", input="go", tools=[mcp_tool(server_url)])
+        assert blocked.value.status_code == 424 and "--mcp-allow" in blocked.value.message
+        assert blocked.value.body["param"] == "tools[0]"  # type: ignore[index]
+        assert gw.backend.requests == []
+    async with chat_gateway() as gw:
+        client = AsyncOpenAI(base_url=gw.url, api_key="k")
+        with pytest.raises(openai.APIStatusError) as unreachable:
+            tool = mcp_tool(refusing_url().replace("/v1", "/mcp"))
+            await client.responses.create(model="m", input="go", tools=[tool])
+        assert unreachable.value.status_code == 424
+    async with chat_gateway(mcp="off") as gw:
+        client = AsyncOpenAI(base_url=gw.url, api_key="k")
+        with pytest.raises(openai.BadRequestError) as off:
+            await client.responses.create(model="m", input="go", tools=[mcp_tool(server_url)])
+        assert off.value.body["param"] == "tools[0].type"  # type: ignore[index]
+
+
+async def test_max_tool_calls_bounds_the_loop(server_url: str) -> None:
+    def always(body: dict[str, Any]) -> list[Any]:
+        calls = tool_call_chunks(0, "call_1", [flat_name(body, "lookup")], ['{"term": "a"}'])
+        return [*calls, finish("tool_calls"), DONE]
+
+    async with chat_gateway() as gw:
+        gw.backend.responder = always
+        client = AsyncOpenAI(base_url=gw.url, api_key="k")
+        response = await client.responses.create(
+            model="m", input="go", tools=[mcp_tool(server_url)], max_tool_calls=2
+        )
+        output = output_of(response)
+        assert [i["type"] for i in output] == ["mcp_list_tools", *["mcp_call"] * 3]
+        assert [i["status"] for i in output[1:]] == ["completed", "completed", "failed"]
+        assert output[3]["error"]["type"] == "http_error"
+        assert "max_tool_calls" in output[3]["error"]["message"]
+        assert len(gw.backend.requests) == 3
+        assert gw.backend.requests[-1]["tool_choice"] == "none"  # the budget is spent
+
+
+async def test_a_call_past_mcp_timeout_fails_and_the_turn_goes_on(server_url: str) -> None:
+    async with chat_gateway(mcp_timeout=1.0) as gw:
+        gw.backend.responder = caller("stuck", {})
+        client = AsyncOpenAI(base_url=gw.url, api_key="k")
+        response = await client.responses.create(
+            model="m", input="go", tools=[mcp_tool(server_url)]
+        )
+    listed, call, message = output_of(response)
+    assert call["status"] == "failed" and call["error"]["code"] == 504
+    assert "--mcp-timeout" in call["error"]["message"]
+    assert "--mcp-timeout" in message["content"][0]["text"]
+
+
+@pytest.mark.parametrize("approve", [True, False])
+async def test_a_call_that_needs_approval_waits_for_the_client(
+    server_url: str, approve: bool
+) -> None:
+    async with chat_gateway() as gw:
+        gw.backend.responder = caller("lookup", {"term": "kept"})
+        client = AsyncOpenAI(base_url=gw.url, api_key="k")
+        tools = [mcp_tool(server_url, require_approval="always")]
+        first = await client.responses.create(model="m", input="go", tools=tools)
+        listed, request = output_of(first)
+        assert request["type"] == "mcp_approval_request" and request["name"] == "lookup"
+        assert len(gw.backend.requests) == 1
+        answer = {"type": "mcp_approval_response", "approval_request_id": request["id"]}
+        events, final = await streamed(
+            client,
+            model="m",
+            previous_response_id=first.id,
+            input=[{**answer, "approve": approve}],
+            tools=tools,
+        )
+    types = [i["type"] for i in final["output"]]
+    assert "mcp_list_tools" not in types  # listed once per chain
+    if approve:
+        assert types == ["mcp_call", "message"]
+        call = final["output"][0]
+        assert call["approval_request_id"] == request["id"]
+        assert call["output"] == "kept: a word the test server knows"
+    else:
+        assert types == ["message"]
+        assert "declined" in final["output"][0]["content"][0]["text"]
+    assert len(gw.backend.requests) == 2
