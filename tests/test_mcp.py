@@ -199,7 +199,7 @@ async def test_structured_content_and_a_tool_error_reach_the_model(
         response = await client.responses.create(
             model="m", input="go", tools=[mcp_tool(server_url)]
         )
-    listed, call, message = output_of(response)
+    _listed, call, message = output_of(response)
     assert call["name"] == tool
     if tool == "broken":  # the turn goes on: the model is told
         assert call["status"] == "failed" and call["output"] is None
@@ -289,7 +289,7 @@ async def test_a_call_past_mcp_timeout_fails_and_the_turn_goes_on(server_url: st
         response = await client.responses.create(
             model="m", input="go", tools=[mcp_tool(server_url)]
         )
-    listed, call, message = output_of(response)
+    _listed, call, message = output_of(response)
     assert call["status"] == "failed" and call["error"]["code"] == 504
     assert "--mcp-timeout" in call["error"]["message"]
     assert "--mcp-timeout" in message["content"][0]["text"]
@@ -304,11 +304,11 @@ async def test_a_call_that_needs_approval_waits_for_the_client(
         client = AsyncOpenAI(base_url=gw.url, api_key="k")
         tools = [mcp_tool(server_url, require_approval="always")]
         first = await client.responses.create(model="m", input="go", tools=tools)
-        listed, request = output_of(first)
+        _listed, request = output_of(first)
         assert request["type"] == "mcp_approval_request" and request["name"] == "lookup"
         assert len(gw.backend.requests) == 1
         answer = {"type": "mcp_approval_response", "approval_request_id": request["id"]}
-        events, final = await streamed(
+        _events, final = await streamed(
             client,
             model="m",
             previous_response_id=first.id,
