@@ -22,6 +22,8 @@ import websockets
 from harness import GatewayHarness
 from openai import AsyncOpenAI
 from scripted_backend import ScriptedBackend
+from test_client_aisdk import _missing as aisdk_missing
+from test_client_aisdk import _run as run_aisdk
 from test_mcp import caller, mcp_server, mcp_tool, output_of, tool_result
 
 agents = pytest.importorskip("agents", reason="openai-agents is not installed (the test extra)")
@@ -176,3 +178,17 @@ async def test_the_npm_reference_server(gw: GatewayHarness, everything: str) -> 
     assert call["server_label"] == "everything" and call["output"] == "Echo: from npm"
     assert tool_result(gw.backend.requests[-1]) == "Echo: from npm"
     assert message["content"][0]["text"] == "Said: Echo: from npm"
+
+
+async def test_the_ai_sdks_remote_mcp_tool(
+    gw: GatewayHarness, server_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    missing = aisdk_missing()
+    if missing is not None:
+        pytest.skip(missing)
+    gw.backend.responder = caller("lookup", {"term": "vercel"})
+    monkeypatch.setenv("AISDK_MCP_URL", server_url)
+    result = await run_aisdk(gw, "mcp")
+    assert result["text"] == "Said: vercel: a word the test server knows"
+    results = [c for c in result["content"] if c["type"] == "tool-result"]
+    assert results and results[0]["output"]["output"] == "vercel: a word the test server knows"
