@@ -121,7 +121,7 @@ def prepare(
         last = last_user_request(items)
         compactor = Compactor(options.sealer, last, options.max_output_bytes, client)
     else:
-        backend_request = options.kind.lower(request, view, names, options.lowering)
+        backend_request = options.kind.lower(_unlisted(request, mcp), view, names, options.lowering)
     response = new_response(request, response_id=response_id)
     echo_applied(response, backend_request)
     limits = OutputLimits(options.max_output_bytes, options.max_output_items)
@@ -148,6 +148,14 @@ def prepare(
         kind=options.kind,
         mcp=mcp,
     )
+
+
+def _unlisted(request: dict[str, Any], mcp: McpTurn | None) -> dict[str, Any]:
+    """The request as lowered before its MCP servers are listed: its `tool_choice` may name
+    their tools, so it waits (and is checked) until they are (streamer/mcp/steps.py)."""
+    if mcp is None or "tool_choice" not in request:
+        return request
+    return {k: v for k, v in request.items() if k != "tool_choice"}
 
 
 def _mcp(

@@ -2,7 +2,7 @@
 
 `python tests/mcp_server.py [--token T] [--sse]` serves streamable HTTP at `/mcp` (or
 HTTP+SSE at `/sse` with `--sse`) on a free loopback port and prints `MCP READY <port>` once
-it listens. Its tools: `lookup` (text, read-only), `weather` (structured content), `broken`
+it listens. Its tools: `lookup` (text, read-only), `spell` (the same, its argument short), `weather` (structured content), `broken`
 (a tool error), `stuck` (never answers), `count` (how many calls this process ran).
 With `--token`, every request without `Authorization: Bearer T` is a 401.
 """
@@ -12,13 +12,14 @@ from __future__ import annotations
 import argparse
 import socket
 import sys
-from typing import Any
+from typing import Annotated, Any
 
 import anyio
 import uvicorn
 from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp_types import ToolAnnotations
+from pydantic import Field
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 CALLS = {"n": 0}
@@ -30,6 +31,13 @@ def lookup(term: str) -> str:
     """Look a term up in the test dictionary."""
     CALLS["n"] += 1
     return f"{term}: a word the test server knows"
+
+
+@server.tool(annotations=ToolAnnotations(readOnlyHint=True))
+def spell(q: Annotated[str, Field(max_length=6)]) -> str:
+    """Spell a short word (its schema bounds it: a random model's strings run long)."""
+    CALLS["n"] += 1
+    return f"{q}: a word the test server knows"
 
 
 @server.tool(structured_output=True)

@@ -147,7 +147,14 @@ async def test_a_call_runs_on_the_server_and_the_model_answers_with_it(
     assert [i["type"] for i in output] == ["mcp_list_tools", "mcp_call", "message"]
     listed, call, message = output
     assert listed["server_label"] == "dict"
-    assert {t["name"] for t in listed["tools"]} == {"lookup", "weather", "broken", "stuck", "count"}
+    assert {t["name"] for t in listed["tools"]} == {
+        "lookup",
+        "spell",
+        "weather",
+        "broken",
+        "stuck",
+        "count",
+    }
     lookup = next(t for t in listed["tools"] if t["name"] == "lookup")
     assert lookup["annotations"] == {"read_only": True}
     assert lookup["input_schema"]["properties"]["term"]["type"] == "string"
