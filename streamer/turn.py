@@ -12,6 +12,7 @@ runner acts on.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -27,6 +28,7 @@ from streamer.compaction import restore as restore_sealed
 from streamer.core.deltas import Usage
 from streamer.core.errors import invalid
 from streamer.core.events import Event
+from streamer.core.hosted_tools import check as hosted_check
 from streamer.core.lowering import LoweringOptions, normalize_input
 from streamer.core.mcp_history import has_mcp, replayed
 from streamer.core.mcp_loop import McpLimits, McpTurn
@@ -44,6 +46,8 @@ from streamer.sealing import REASONING_INCLUDE, Sealer
 from streamer.upstream.chat.kind import CHAT
 from streamer.upstream.kind import BackendKind
 
+log = logging.getLogger("streamer.turn")
+
 
 @dataclass(frozen=True, slots=True)
 class TurnOptions:
@@ -58,6 +62,7 @@ class TurnOptions:
     sealer: Sealer = field(default_factory=Sealer.random)  # encrypted_content (--state-key-file)
     kind: BackendKind = CHAT  # what the backend speaks (--upstream-api): its lowering
     mcp: McpLimits | None = field(default_factory=McpLimits)  # None: --mcp off
+    optional_hosted: frozenset[str] = frozenset({"web_search"})  # --optional-hosted-tool
 
 
 @dataclass(slots=True)
@@ -164,6 +169,11 @@ def _mcp(
     """The request's MCP loop (None: it has no `mcp` tool, or its backend runs them itself),
     the request with its `mcp` tools in their public form (the servers' headers are kept in
     the loop only: never echoed or stored), the history's MCP items shown as calls."""
+    tools = request.get("tools")
+    if isinstance(tools, list):  # one the backend cannot run is a 400, or left out (logged)
+        left_out = hosted_check(tools, options.lowering.tools.hosted, options.optional_hosted)
+        if left_out:
+            log.info("hosted tools left out (--optional-hosted-tool): %s", ", ".join(left_out))
     mcp = None
     if wanted(request) and "mcp" not in options.lowering.tools.hosted:
         mcp = mcp_setup(request, view, new_from, options.mcp)

@@ -39,7 +39,7 @@ def check(tools: Sequence[Any], runs: frozenset[str], optional: frozenset[str]) 
     left_out: list[str] = []
     for i, tool in enumerate(tools):
         kind = tool.get("type") if isinstance(tool, Mapping) else None
-        if kind not in HOSTED or kind in runs:
+        if not isinstance(kind, str) or kind not in HOSTED or kind in runs:
             continue
         if kind in optional:
             left_out.append(kind)
