@@ -34,6 +34,10 @@ from scripted_backend import (
 from scripted_responses_backend import ScriptedResponsesBackend
 from sdk_models import validate_event, validate_response
 
+from streamer.core.mcp_servers import servers
+from streamer.mcp.client import McpClients, McpSettings, McpUnavailable
+from streamer.mcp.guard import HostRule
+
 SERVER = Path(__file__).with_name("mcp_server.py")
 TOKEN = "s3cret-token-for-the-test"
 
@@ -333,3 +337,49 @@ async def test_a_call_that_needs_approval_waits_for_the_client(
         assert types == ["message"]
         assert "declined" in final["output"][0]["content"][0]["text"]
     assert len(gw.backend.requests) == 2
+
+
+async def test_tool_lists_are_cached_per_url_and_headers_with_a_bound() -> None:
+    settings = McpSettings(HostRule.parse(["127.0.0.1"]), cache_entries=1)
+    clients = McpClients(settings)
+    with mcp_server() as url:
+        (plain,) = servers([mcp_tool(url)])
+        (keyed,) = servers([mcp_tool(url, headers={"X-Key": "k"})])
+        first = await clients.list_tools(plain)
+        assert clients.cached_bytes > 0
+    # the server is gone: what is cached is still listed, what is not cannot be
+    assert await clients.list_tools(plain) == first
+    with pytest.raises(McpUnavailable):
+        await clients.list_tools(keyed)  # other headers: another entry
+    with mcp_server() as url:
+        (other,) = servers([mcp_tool(url)])
+        await clients.list_tools(other)  # the bound (1 entry): the first one goes
+    with pytest.raises(McpUnavailable):
+        await clients.list_tools(plain)
+
+
+async def test_items_replayed_without_previous_response_id_and_a_per_tool_filter(
+    server_url: str,
+) -> None:
+    async with chat_gateway() as gw:
+        gw.backend.responder = caller("weather", {"city": "Lima"})
+        client = AsyncOpenAI(base_url=gw.url, api_key="k")
+        tools = [mcp_tool(server_url, require_approval={"never": {"tool_names": ["lookup"]}})]
+        first = await client.responses.create(model="m", input="go", tools=tools, store=False)
+        items = output_of(first)
+        assert [i["type"] for i in items] == ["mcp_list_tools", "mcp_approval_request"]
+        answer = {
+            "type": "mcp_approval_response",
+            "approval_request_id": items[1]["id"],
+            "approve": True,
+        }
+        replay = [{"role": "user", "content": "go"}, *items, answer]
+        second = await client.responses.create(
+            model="m",
+            input=replay,
+            tools=tools,
+            store=False,  # type: ignore[arg-type]
+        )
+    types = [i["type"] for i in output_of(second)]
+    assert types == ["mcp_call", "message"]  # listed in the items: not listed again
+    assert "Lima" in output_of(second)[0]["output"]
