@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import ssl
 import time
 from collections import OrderedDict
 from collections.abc import AsyncIterator
@@ -65,6 +66,7 @@ class McpClients:
     def __init__(self, settings: McpSettings) -> None:
         self.settings = settings
         self._cache: OrderedDict[str, _Listed] = OrderedDict()
+        self._tls = ssl.create_default_context()  # made once: loading the CAs costs ms
 
     @property
     def cached_bytes(self) -> int:
@@ -151,10 +153,10 @@ class McpClients:
         auth: httpx2.Auth | None = None,
     ) -> httpx2.AsyncClient:
         """An HTTP client for one session: its headers, every connection guarded."""
-        transport = httpx2.AsyncHTTPTransport(trust_env=False)
+        transport = httpx2.AsyncHTTPTransport(verify=self._tls, trust_env=False)
         # httpx2's transport takes no network backend: its pool is made again with the guard
         transport._pool = httpcore2.AsyncConnectionPool(
-            network_backend=GuardedBackend(self.settings.rule)
+            ssl_context=self._tls, network_backend=GuardedBackend(self.settings.rule)
         )
         return httpx2.AsyncClient(
             headers=headers,
