@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import argparse
 import socket
-import sys
 from typing import Annotated, Any
 
 import anyio
@@ -94,9 +93,8 @@ def main() -> None:
     port = sock.getsockname()[1]
     config = uvicorn.Config(app, log_level="warning", lifespan="on")
     srv = uvicorn.Server(config)
-    print(f"MCP READY {port}", flush=True)  # the socket is bound: connections queue on it
-    sys.stdout.flush()
     sock.listen(64)
+    print(f"MCP READY {port}", flush=True)  # it listens: connections queue until uvicorn runs
     srv.run(sockets=[sock])
 
 
