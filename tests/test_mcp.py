@@ -383,3 +383,35 @@ async def test_items_replayed_without_previous_response_id_and_a_per_tool_filter
     types = [i["type"] for i in output_of(second)]
     assert types == ["mcp_call", "message"]  # listed in the items: not listed again
     assert "Lima" in output_of(second)[0]["output"]
+
+
+async def test_the_bounds_on_a_list_and_on_a_call_s_output(server_url: str) -> None:
+    for bound in ({"mcp_max_tools": 2}, {"mcp_max_list_bytes": 100}):
+        async with chat_gateway(**bound) as gw:
+            client = AsyncOpenAI(base_url=gw.url, api_key="k")
+            with pytest.raises(openai.APIStatusError) as refused:
+                await client.responses.create(model="m", input="go", tools=[mcp_tool(server_url)])
+            assert refused.value.status_code == 424 and "--mcp-max-" in refused.value.message
+    async with chat_gateway(mcp_max_output_bytes=10) as gw:
+        gw.backend.responder = caller("lookup", {"term": "long enough"})
+        client = AsyncOpenAI(base_url=gw.url, api_key="k")
+        response = await client.responses.create(
+            model="m", input="go", tools=[mcp_tool(server_url)]
+        )
+    _listed, call, message = output_of(response)
+    assert call["status"] == "failed" and call["error"]["code"] == 413
+    assert "--mcp-max-output-bytes" in message["content"][0]["text"]
+
+
+async def test_a_name_that_resolves_to_loopback_is_refused_by_default(server_url: str) -> None:
+    url = server_url.replace("127.0.0.1", "localhost")
+    async with chat_gateway(mcp_allow=()) as gw:
+        client = AsyncOpenAI(base_url=gw.url, api_key="k")
+        with pytest.raises(openai.APIStatusError) as refused:
+            await client.responses.create(model="m", input="go", tools=[mcp_tool(url)])
+        assert refused.value.status_code == 424 and "private, loopback" in refused.value.message
+    async with chat_gateway(mcp_allow=("mcp.example.com",)) as gw:  # not listed: refused
+        client = AsyncOpenAI(base_url=gw.url, api_key="k")
+        with pytest.raises(openai.APIStatusError) as unlisted:
+            await client.responses.create(model="m", input="go", tools=[mcp_tool(url)])
+        assert "--mcp-allow" in unlisted.value.message
