@@ -61,7 +61,7 @@ DEVIATIONS: dict[str, str] = {
     "text.format.schema": "a json_schema format echoes its `schema` object as OpenAI does; "
     "the spec types `schema` as null",
     "tool_choice.extensions": "tool_choice {type: custom}, {type: shell}, {type: "
-    "apply_patch} and allowed_tools over custom tools are OpenAI extensions; checked by the "
+    "apply_patch}, {type: mcp} and allowed_tools over custom tools are OpenAI extensions; checked by the "
     "SDK only",
     "tool_choice.namespace": "tool_choice {type: namespace, name} (this gateway's extension: "
     "any tool of that namespace) is echoed as sent; neither the spec nor the SDK has it",
@@ -106,7 +106,7 @@ _EXTENSION_ITEMS = (
     )
     | _HOSTED_ITEMS
 )
-_EXTENSION_CHOICES = frozenset({"custom", "shell", "apply_patch"})
+_EXTENSION_CHOICES = frozenset({"custom", "shell", "apply_patch", "mcp"})
 _RESPONSE_EVENTS = frozenset(
     {
         "response.created",

@@ -415,3 +415,28 @@ async def test_a_name_that_resolves_to_loopback_is_refused_by_default(server_url
         with pytest.raises(openai.APIStatusError) as unlisted:
             await client.responses.create(model="m", input="go", tools=[mcp_tool(url)])
         assert "--mcp-allow" in unlisted.value.message
+
+
+async def test_tool_choice_forces_an_mcp_tool(gw: GatewayHarness, server_url: str) -> None:
+    gw.backend.responder = caller("spell", {"q": "ab"})
+    client = AsyncOpenAI(base_url=gw.url, api_key="k")
+    choice = {"type": "mcp", "server_label": "dict", "name": "spell"}
+    response = await client.responses.create(
+        model="m",
+        input="go",
+        tools=[mcp_tool(server_url)],
+        tool_choice=choice,  # type: ignore[arg-type]
+    )
+    assert output_of(response)[1]["output"] == "ab: a word the test server knows"
+    first, second = gw.backend.requests
+    assert first["tool_choice"] == "required"  # over the one chosen tool
+    assert [t.get("function", t)["name"] for t in first["tools"]] == [flat_name(first, "spell")]
+    assert second["tool_choice"] == "auto"  # forced for the first answer only
+    with pytest.raises(openai.BadRequestError) as unknown:
+        await client.responses.create(
+            model="m",
+            input="go",
+            tools=[mcp_tool(server_url)],
+            tool_choice={**choice, "name": "nope"},  # type: ignore[arg-type]
+        )
+    assert unknown.value.body["param"] == "tool_choice.name"  # type: ignore[index]

@@ -186,7 +186,7 @@ def _tools(
     kept_hosted = [dict(t) for t in hosted if _runs(t, tools)]
     choice_value = request.get("tool_choice")
     forced = dict(choice_value) if isinstance(choice_value, Mapping) else {}
-    forced_hosted = _hosted_choice(forced)
+    forced_hosted = _hosted_choice(forced, tools)
     if forced_hosted and not any(t.get("type") == forced["type"] for t in kept_hosted):
         raise invalid(
             f"tool_choice forces the hosted tool {forced['type']!r}, which this "
@@ -217,8 +217,10 @@ def _runs(tool: Mapping[str, Any], tools: BackendTools) -> bool:
     return kind in tools.hosted
 
 
-def _hosted_choice(choice: Mapping[str, Any]) -> bool:
+def _hosted_choice(choice: Mapping[str, Any], tools: BackendTools) -> bool:
     kind = choice.get("type")
+    if kind == "mcp" and "mcp" not in tools.hosted:
+        return False  # the gateway runs the MCP servers: their tools are its functions
     return isinstance(kind, str) and kind not in (
         *CLIENT_TOOL_TYPES,
         "allowed_tools",
