@@ -10,6 +10,7 @@ SDK's typed models, and the non-streaming answer is the streamed one's terminal 
 from __future__ import annotations
 
 import contextlib
+import io
 import select
 import subprocess
 import sys
@@ -34,9 +35,11 @@ from scripted_backend import (
 from scripted_responses_backend import ScriptedResponsesBackend
 from sdk_models import validate_event, validate_response
 
+from streamer.cli import build_parser
 from streamer.core.mcp_servers import servers
 from streamer.mcp.client import McpClients, McpSettings, McpUnavailable
 from streamer.mcp.guard import HostRule
+from streamer.tap.command import run_tap
 
 SERVER = Path(__file__).with_name("mcp_server.py")
 TOKEN = "s3cret-token-for-the-test"
@@ -440,3 +443,17 @@ async def test_tool_choice_forces_an_mcp_tool(gw: GatewayHarness, server_url: st
             tool_choice={**choice, "name": "nope"},  # type: ignore[arg-type]
         )
     assert unknown.value.body["param"] == "tool_choice.name"  # type: ignore[index]
+
+
+async def test_a_recorded_mcp_turn_passes_the_tap_check(server_url: str, tmp_path: Path) -> None:
+    async with chat_gateway(tap_dir=str(tmp_path)) as gw:
+        gw.backend.responder = caller("lookup", {"term": "taped"})
+        client = AsyncOpenAI(base_url=gw.url, api_key="k")
+        tool = mcp_tool(server_url, headers={"Authorization": f"Bearer {TOKEN}"})
+        await streamed(client, model="m", input="go", tools=[tool])
+    (path,) = tmp_path.iterdir()
+    assert TOKEN.encode() not in path.read_bytes()
+    out = io.StringIO()
+    args = build_parser().parse_args(["tap", str(path), "--color", "never"])
+    assert await run_tap(args, out) == 0, out.getvalue()
+    assert "mcp_call" in out.getvalue()
