@@ -192,3 +192,17 @@ async def test_the_ai_sdks_remote_mcp_tool(
     assert result["text"] == "Said: vercel: a word the test server knows"
     results = [c for c in result["content"] if c["type"] == "tool-result"]
     assert results and results[0]["output"]["output"] == "vercel: a word the test server knows"
+
+
+async def test_max_turn_seconds_bounds_an_mcp_call(server_url: str) -> None:
+    async with GatewayHarness(
+        backend=ScriptedBackend(), mcp_allow=("127.0.0.1",), mcp_timeout=60.0, max_turn_seconds=1.0
+    ) as gw:
+        gw.backend.responder = caller("stuck", {})
+        client = AsyncOpenAI(base_url=gw.url, api_key="k")
+        response = await client.responses.create(
+            model="m", input="go", tools=[mcp_tool(server_url)]
+        )
+    assert response.status == "failed"
+    assert response.error is not None
+    assert "longer than the gateway allows (1 s)" in response.error.message
