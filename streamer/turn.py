@@ -139,6 +139,7 @@ def prepare(
         seal_reasoning=_reasoning_sealer(request, options, client),
         reasoning_summary=_unnamed_reasoning(request, options),
     )
+    mcp = mcp if compactor is None else None  # a compaction's answer is a summary, no call
     streamer.hold = frozenset({"mcp"}) if mcp is not None else frozenset()
     return Turn(
         request,
