@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 
+from streamer.core.echo import echo_tool
 from streamer.core.errors import RequestError
 from streamer.core.hosted_tools import check as hosted_check
 from streamer.core.mcp_history import approvals, listed, replayed
@@ -15,6 +16,7 @@ from streamer.core.mcp_items import ListedTool, outcome
 from streamer.core.mcp_loop import McpCall, McpLimits, McpTurn, budget
 from streamer.core.mcp_servers import McpServer, ToolFilter, public, servers
 from streamer.mcp.guard import Blocked, HostRule
+from streamer.recorder import ExchangeRecorder
 
 URL = "https://mcp.example.com/secret/path"
 
@@ -162,3 +164,13 @@ def test_hosted_tools_the_gateway_cannot_run() -> None:
     with pytest.raises(RequestError) as error:
         hosted_check([{"type": "code_interpreter"}], frozenset(), frozenset({"web_search"}))
     assert error.value.param == "tools[0]" and "code_interpreter" in error.value.message
+
+
+def test_the_echo_and_a_recording_never_show_headers(tmp_path: Any) -> None:
+    secret = tool(headers={"Authorization": "Bearer s3cret"}, authorization="s3cret")
+    assert "s3cret" not in repr(echo_tool(secret))
+    recorder = ExchangeRecorder(tmp_path / "r.jsonl")
+    recorder.client_request({"tools": [secret]})
+    recorder.backend_request({"tools": [secret]})  # a backend that runs MCP itself
+    recorder.close()
+    assert b"s3cret" not in (tmp_path / "r.jsonl").read_bytes()
