@@ -206,3 +206,19 @@ async def test_max_turn_seconds_bounds_an_mcp_call(server_url: str) -> None:
     assert response.status == "failed"
     assert response.error is not None
     assert "longer than the gateway allows (1 s)" in response.error.message
+
+
+async def test_the_sdk_s_strict_stream_accumulator(gw: GatewayHarness, server_url: str) -> None:
+    """`responses.stream()` raises on any event out of place; its final response is whole."""
+    gw.backend.responder = caller("lookup", {"term": "strict"})
+    client = AsyncOpenAI(base_url=gw.url, api_key="k")
+    async with client.responses.stream(
+        model="m",
+        input="go",
+        tools=[mcp_tool(server_url)],  # type: ignore[list-item]
+    ) as stream:
+        async for _event in stream:
+            pass
+        final = await stream.get_final_response()
+    assert [i.type for i in final.output] == ["mcp_list_tools", "mcp_call", "message"]
+    assert final.output_text == "Said: strict: a word the test server knows"
