@@ -222,3 +222,22 @@ async def test_the_sdk_s_strict_stream_accumulator(gw: GatewayHarness, server_ur
         final = await stream.get_final_response()
     assert [i.type for i in final.output] == ["mcp_list_tools", "mcp_call", "message"]
     assert final.output_text == "Said: strict: a word the test server knows"
+
+
+async def test_two_servers_are_two_namespaces(gw: GatewayHarness, server_url: str) -> None:
+    gw.backend.responder = caller("lookup", {"term": "two"})
+    client = AsyncOpenAI(base_url=gw.url, api_key="k")
+    own = {"type": "function", "name": "lookup", "parameters": {"type": "object"}}
+    tools = [
+        mcp_tool(server_url, server_label="a", allowed_tools=["lookup"]),
+        mcp_tool(server_url, server_label="b", allowed_tools=["lookup"]),
+        own,  # the client's own tool of the same name keeps its name
+    ]
+    response = await client.responses.create(model="m", input="go", tools=tools)  # type: ignore[arg-type]
+    output = output_of(response)
+    assert [(i["type"], i.get("server_label")) for i in output[:2]] == [
+        ("mcp_list_tools", "a"),
+        ("mcp_list_tools", "b"),
+    ]
+    names = [t["function"]["name"] for t in gw.backend.requests[0]["tools"]]
+    assert len(names) == len(set(names)) == 3 and "lookup" in names
