@@ -401,11 +401,10 @@ class Settings:
         300.0, "Seconds a listed MCP tool list is reused (per server URL and headers)."
     )
     mcp_cache_entries: int = setting(256, "MCP tool lists kept cached at most (oldest out).")
-    optional_hosted_tools: tuple[str, ...] = setting(
+    optional_hosted_tool: tuple[str, ...] = setting(
         ("web_search",),
         "Hosted tool types the gateway cannot run that are left out (logged) rather than "
         "a 400 (repeatable).",
-        flag="--optional-hosted-tool",
     )
     log_level: str = setting("warning", "debug, info, warning or error.")
     extra: dict[str, Any] = field(default_factory=dict)

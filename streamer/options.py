@@ -84,7 +84,7 @@ def turn_options(settings: Settings) -> TurnOptions:
         max_turn_seconds=settings.max_turn_seconds,
         sealer=state_sealer(settings.state_key_file, settings.shared_state_key),
         mcp=mcp_limits(settings),
-        optional_hosted=frozenset(settings.optional_hosted_tools),
+        optional_hosted=frozenset(settings.optional_hosted_tool),
     )
     flags = ModelSpec(None, (), api=settings.upstream_api, backend_model=settings.model)
     return model_options(settings, flags, base).turn

@@ -126,7 +126,7 @@ def prepare(
         last = last_user_request(items)
         compactor = Compactor(options.sealer, last, options.max_output_bytes, client)
     else:
-        backend_request = options.kind.lower(_unlisted(request, mcp), view, names, options.lowering)
+        backend_request = _lowered(request, mcp, view, names, options)
     response = new_response(request, response_id=response_id)
     echo_applied(response, backend_request)
     limits = OutputLimits(options.max_output_bytes, options.max_output_items)
@@ -157,6 +157,24 @@ def prepare(
     )
 
 
+def _lowered(
+    request: dict[str, Any],
+    mcp: McpTurn | None,
+    view: list[dict[str, Any]],
+    names: ResponsesToolNames,
+    options: TurnOptions,
+) -> dict[str, Any]:
+    """The backend request (its own 400s first: a tool_choice forcing a hosted tool); then
+    a hosted tool the backend cannot run is a 400, or left out (logged) when optional."""
+    lowered = options.kind.lower(_unlisted(request, mcp), view, names, options.lowering)
+    tools = request.get("tools")
+    if isinstance(tools, list):
+        left_out = hosted_check(tools, options.lowering.tools.hosted, options.optional_hosted)
+        if left_out:
+            log.info("hosted tools left out (--optional-hosted-tool): %s", ", ".join(left_out))
+    return lowered
+
+
 def _unlisted(request: dict[str, Any], mcp: McpTurn | None) -> dict[str, Any]:
     """The request as lowered before its MCP servers are listed: its `tool_choice` may name
     their tools, so it waits (and is checked) until they are (streamer/mcp/steps.py)."""
@@ -171,11 +189,6 @@ def _mcp(
     """The request's MCP loop (None: it has no `mcp` tool, or its backend runs them itself),
     the request with its `mcp` tools in their public form (the servers' headers are kept in
     the loop only: never echoed or stored), the history's MCP items shown as calls."""
-    tools = request.get("tools")
-    if isinstance(tools, list):  # one the backend cannot run is a 400, or left out (logged)
-        left_out = hosted_check(tools, options.lowering.tools.hosted, options.optional_hosted)
-        if left_out:
-            log.info("hosted tools left out (--optional-hosted-tool): %s", ", ".join(left_out))
     mcp = None
     if wanted(request) and "mcp" not in options.lowering.tools.hosted:
         mcp = mcp_setup(request, view, new_from, options.mcp)

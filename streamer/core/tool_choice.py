@@ -136,8 +136,8 @@ def _resolve_mcp(entry: Mapping[str, Any], base: str, idx: ChoiceIndex) -> tuple
     label, name = entry.get("server_label"), entry.get("name")
     members = idx.by_ns.get(label) if isinstance(label, str) else None
     found = [e for es in (members or {}).values() for e in es if e.kind == "mcp"]
-    if not found:
-        raise invalid(f"No MCP server {label!r} among the tools.", f"{base}.server_label")
+    if not found:  # no server the gateway runs by that label: a hosted tool, as OpenAI's
+        return ()
     if name is None:
         return tuple(dict.fromkeys(e.flat for e in found))
     named = tuple(e.flat for e in found if e.name == name)

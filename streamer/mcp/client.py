@@ -18,20 +18,19 @@ from collections import OrderedDict
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 import httpcore2
 import httpx2
 import orjson
-from mcp.client.session import ClientSession
-from mcp.client.sse import sse_client
-from mcp.client.streamable_http import streamable_http_client
-from mcp.shared.exceptions import MCPError
 
 from streamer.core.mcp_items import ListedTool, http_error, listed_tool, outcome, protocol_error
 from streamer.core.mcp_servers import McpServer
 from streamer.mcp.guard import Blocked, GuardedBackend, HostRule
+
+if TYPE_CHECKING:  # the SDK (~400 modules) is imported by the first MCP turn, not by serve
+    from mcp.client.session import ClientSession
 
 log = logging.getLogger("streamer.mcp")
 
@@ -107,6 +106,8 @@ class McpClients:
         self, server: McpServer, name: str, arguments: dict[str, Any]
     ) -> tuple[str | None, dict[str, Any] | None]:
         """Run tools/call: `(output, error)` in the `mcp_call` item's terms."""
+        from mcp.shared.exceptions import MCPError
+
         try:
             async with asyncio.timeout(self.settings.timeout), self._session(server) as session:
                 result = await session.call_tool(name, arguments)
@@ -123,6 +124,11 @@ class McpClients:
 
     @asynccontextmanager
     async def _session(self, server: McpServer) -> AsyncIterator[ClientSession]:
+        """One initialised SDK session with the server (streamable HTTP, or HTTP+SSE)."""
+        from mcp.client.session import ClientSession
+        from mcp.client.sse import sse_client
+        from mcp.client.streamable_http import streamable_http_client
+
         headers = dict(server.headers)
         timeout = httpx2.Timeout(self.settings.timeout)
         event_size = max(self.settings.max_list_bytes, self.settings.max_output_bytes) * 2
@@ -168,6 +174,8 @@ class McpClients:
 
     def _why(self, exc: BaseException) -> str:
         """What went wrong, in words that carry no header and no URL path."""
+        from mcp.shared.exceptions import MCPError
+
         exc = _leaf(exc)
         if isinstance(exc, TimeoutError):
             return f"It did not answer within --mcp-timeout ({self.settings.timeout:g} s)."
