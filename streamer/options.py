@@ -20,6 +20,7 @@ from typing import Any
 
 from streamer.config import PROFILE_SETTINGS, SETTINGS, Setting, Settings
 from streamer.core.tools import NamingConfig
+from streamer.history_reuse import HistoryCache
 from streamer.models_config import TOOL_NAME_STYLES, ModelSpec
 from streamer.pipeline import TurnOptions
 from streamer.sealing import EPHEMERAL_KEY, Sealer, load_sealer
@@ -57,6 +58,8 @@ def turn_options(settings: Settings) -> TurnOptions:
     cannot work."""
     if settings.tool_name_style not in TOOL_NAME_STYLES:
         raise ValueError(f"unknown tool name style {settings.tool_name_style!r}")
+    if settings.history_cache_bytes < 0:
+        raise ValueError("--history-cache-bytes must be 0 (none) or more")
     for flag, value in (
         ("--max-output-bytes", settings.max_output_bytes),
         ("--max-output-items", settings.max_output_items),
@@ -77,6 +80,9 @@ def turn_options(settings: Settings) -> TurnOptions:
         max_output_items=settings.max_output_items,
         max_turn_seconds=settings.max_turn_seconds,
         sealer=state_sealer(settings.state_key_file, settings.shared_state_key),
+        history=HistoryCache(settings.history_cache_bytes)
+        if settings.history_cache_bytes
+        else None,
     )
     flags = ModelSpec(None, (), api=settings.upstream_api, backend_model=settings.model)
     return model_options(settings, flags, base).turn

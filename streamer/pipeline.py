@@ -19,6 +19,7 @@ from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, 
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from streamer import history_reuse
 from streamer.compaction import (
     BACKEND_FIELD,
     REASONING_FIELD,
@@ -26,12 +27,10 @@ from streamer.compaction import (
     is_compaction,
     last_user_request,
 )
-from streamer.compaction import restore as restore_sealed
 from streamer.core.deltas import Usage
-from streamer.core.errors import RequestError, invalid
+from streamer.core.errors import RequestError
 from streamer.core.events import Event
-from streamer.core.lowering import LoweringOptions, normalize_input
-from streamer.core.media_parts import check_media
+from streamer.core.lowering import LoweringOptions
 from streamer.core.output import OutputItemStreamer
 from streamer.core.output_items import OutputLimits
 from streamer.core.request_checks import validate_request
@@ -39,6 +38,7 @@ from streamer.core.request_fields import echo_applied
 from streamer.core.response import new_response
 from streamer.core.tools import NamingConfig, ResponsesToolNames
 from streamer.core.truncation import CONTEXT_OVERFLOW, keep_share, truncate
+from streamer.history_reuse import HistoryCache
 from streamer.recorder import ExchangeRecorder
 from streamer.sealing import REASONING_INCLUDE, Sealer
 from streamer.upstream.batch import Batch
@@ -108,6 +108,8 @@ class TurnOptions:
     max_turn_seconds: float = 3600.0
     sealer: Sealer = field(default_factory=Sealer.random)  # encrypted_content (--state-key-file)
     kind: BackendKind = CHAT  # what the backend speaks (--upstream-api): its lowering
+    # the turns kept for the turns that continue them (--history-cache-bytes); None: none
+    history: HistoryCache | None = field(default=None, compare=False)
 
 
 @dataclass(slots=True)
@@ -144,27 +146,28 @@ def prepare(
     *,
     history: Sequence[dict[str, Any]] = (),
     response_id: str | None = None,
+    client: str = "",
 ) -> Turn:
-    """Validate and lower one request. `history` is the continued response's input+output."""
+    """Validate and lower one request. `history` is the continued response's input+output;
+    `client`: who asks (a conversation's kept lowering is its client's alone)."""
     validate_request(request, model_required=options.lowering.model is None)
     # null means "not given" in OpenAI's API: the Response echoes the default, never null
     request = {k: v for k, v in request.items() if v is not None}
-    new_items = normalize_input(request.get("input", []))
-    check_media(new_items, file_parts=options.lowering.file_parts)
-    items = [*history, *new_items] if history else new_items
-    if len(items) > options.max_input_items:
-        raise invalid(
-            f"Too many input items: {len(items)} (at most {options.max_input_items}).", "input"
-        )
-    view = restore_sealed(items, options.sealer, offset=len(history))  # opened, or a 400
-    names = ResponsesToolNames.convert(request.get("tools"), view, config=options.naming)
+    # validated and opened (a 400 for a sealed item that does not open), only past what an
+    # earlier turn of the conversation did already (streamer/history_reuse.py)
+    got = history_reuse.inputs(request, options, history, client)
+    new_items, items, view, names = got.new_items, got.items, got.view, got.names
+    if names is None:
+        names = ResponsesToolNames.convert(request.get("tools"), view, config=options.naming)
     compactor = None
     if is_compaction(new_items):
         backend_request = options.kind.compaction(request, view, names, options.lowering)
         compactor = Compactor(options.sealer, last_user_request(items), options.max_output_bytes)
     else:
-        backend_request = options.kind.lower(request, view, names, options.lowering)
+        backend_request = history_reuse.lower(request, got, names, options)
     response = new_response(request, response_id=response_id)
+    if compactor is None:
+        history_reuse.keep(got, backend_request, names, response["id"], options)
     echo_applied(response, backend_request)
     limits = OutputLimits(options.max_output_bytes, options.max_output_items)
     prompt = {k: backend_request[k] for k in options.kind.prompt_keys if k in backend_request}
