@@ -11,6 +11,10 @@ events instead (`load_responses.py`): N `response.output_text.delta`, a function
 argument fragments, `response.completed`; the backend for `--upstream-api responses` and
 for agentic-api.
 
+`POST /v1/messages` (any path ending in `/messages`) streams it as Anthropic Messages events
+(`load_messages.py`): N `text_delta`, a `tool_use` block with M `input_json_delta` fragments,
+`message_stop`; the backend for `--upstream-api anthropic`.
+
 `POST /control {"n": .., "m": ..}` changes N and M for the following requests; `GET /last`
 returns the path and body of the last model request (what a gateway made of the tools); `GET /v1/models`
 and `GET /healthz` answer for readiness checks. Non-streaming requests get the same content as
@@ -26,6 +30,7 @@ import asyncio
 import sys
 from typing import Any
 
+import load_messages
 import load_responses
 import orjson
 from httpwire import (
@@ -125,6 +130,7 @@ class Backend:
         self.last: dict[str, Any] = {}  # what the last model request asked for (GET /last)
         self._cache: dict[tuple[int, int, str, bool], bytes] = {}
         self._rcache: dict[tuple[int, int, str, str | None, bool], bytes] = {}
+        self._mcache: dict[tuple[int, int, str, bool], bytes] = {}
 
     def respond_responses(self, req: Request) -> bytes:
         """`POST .../responses`: the turn as Responses events (or one JSON Response)."""
@@ -137,6 +143,17 @@ class Backend:
         if cached is None:
             encode = load_responses.encode_stream if key[4] else load_responses.encode_json
             cached = self._rcache[key] = encode(self.n, self.m, name, namespace)
+        return cached
+
+    def respond_messages(self, req: Request) -> bytes:
+        """`POST .../messages`: the turn as Anthropic Messages events (or one JSON Message)."""
+        body = orjson.loads(req.body) if req.body else {}
+        self.last = {"path": req.path.decode(errors="replace"), "body": body}
+        key = (self.n, self.m, load_messages.first_tool(body), body.get("stream", False) is True)
+        cached = self._mcache.get(key)
+        if cached is None:
+            encode = load_messages.encode_stream if key[3] else load_messages.encode_json
+            cached = self._mcache[key] = encode(key[0], key[1], key[2])
         return cached
 
     def respond(self, req: Request) -> bytes:
@@ -153,6 +170,8 @@ class Backend:
             return cached
         if req.method == b"POST" and path.endswith(b"/responses"):
             return self.respond_responses(req)
+        if req.method == b"POST" and path.endswith(b"/messages"):
+            return self.respond_messages(req)
         if req.method == b"POST" and path == b"/control":
             body = orjson.loads(req.body) if req.body else {}
             self.n = int(body.get("n", self.n))

@@ -7,7 +7,9 @@ the first body byte, to the first text delta and to the end of the stream; it co
 that the call came back as `name:"lookup"`, `namespace:"mcp__bench"` with valid arguments.
 With `--expect raw` (the raw relay, which returns Chat chunks) the last event must be
 `[DONE]` and the namespace check is n/a; with `--expect raw-responses` (the raw relay of a
-Responses backend) the last event must be `response.completed`, and the check is n/a too.
+Responses backend) the last event must be `response.completed`, and with `--expect
+raw-messages` (the raw relay of an Anthropic Messages backend) `message_stop`; the check is
+n/a for both.
 
 Time-window mode (the default): the load runs for `--warmup` seconds, then counters are read
 at t0 and again at t1 = t0 + `--duration`; events/s is what arrived in between, requests and
@@ -59,6 +61,7 @@ MARK = {
     "responses": b"response.output_text.delta",
     "raw": b'"content":"tok',
     "raw-responses": b"response.output_text.delta",
+    "raw-messages": b'"text_delta","text":"tok',
 }
 SSE_HEADERS = {"Content-Type": "application/json", "Accept": "text/event-stream"}
 TERMINAL = ("response.completed", "response.incomplete", "response.failed", '"type":"error"')
@@ -308,7 +311,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--ws", action="store_true", help="WebSocket mode: C sockets")
     p.add_argument(
         "--expect",
-        choices=["responses", "raw", "raw-responses"],
+        choices=["responses", "raw", "raw-responses", "raw-messages"],
         default="responses",
         help="raw: Chat chunks from the raw relay, no namespace check; raw-responses: the "
         "relay of a Responses backend (Responses events, no namespace check)",

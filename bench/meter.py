@@ -14,6 +14,8 @@ from typing import Any
 import orjson
 
 NS, FN = "mcp__bench", "lookup"
+# The terminal event of a whole answer, by what the load client expects (else the gateway's).
+END = {"raw": "[DONE]", "raw-messages": "message_stop"}
 
 
 def percentiles(xs: list[float]) -> dict[str, float | None]:
@@ -64,7 +66,7 @@ class Meter:
             return
         kind, verdict = judge(last, self.expect)
         self.terminal[kind] += 1
-        if kind != ("[DONE]" if self.expect == "raw" else "response.completed"):
+        if kind != END.get(self.expect, "response.completed"):
             self.failures[f"ended with {kind}"] += 1
             return
         if verdict == "ok":
@@ -94,8 +96,8 @@ def judge(last: bytes, expect: str) -> tuple[str, str | None]:
     except orjson.JSONDecodeError:
         return "unparsable last event", None
     kind = str(obj.get("type"))
-    if kind != "response.completed" or expect == "raw-responses":
-        return kind, None  # the raw relay of a Responses backend: no namespace to check
+    if kind != "response.completed" or expect in ("raw-responses", "raw-messages"):
+        return kind, None  # the raw relay of a Responses or Messages backend: nothing to check
     calls = [
         i for i in obj.get("response", {}).get("output", []) if i.get("type") == "function_call"
     ]
@@ -128,7 +130,7 @@ def summarize(r: dict[str, Any], settings: dict[str, Any]) -> dict[str, Any]:
     """Rates and percentiles from the raw counts (also after merging processes)."""
     w = r["window_s"] or 1e-9
     s = r.pop("samples")
-    if settings["expect"] in ("raw", "raw-responses"):
+    if settings["expect"] in ("raw", "raw-responses", "raw-messages"):
         namespace = "n/a"
     elif r["namespace_bad"]:
         namespace = "no"

@@ -1,8 +1,9 @@
 """The physical limit: a byte-for-byte relay through the same HTTP hops as a gateway.
 
 `POST /v1/responses` (any POST, in fact) is forwarded, body unchanged, as
-`POST {upstream}/chat/completions` (or `{upstream}/responses` with `--api responses`: the
-same relay in front of a backend that serves the Responses API) over a kept-alive connection owned by the client's
+`POST {upstream}/chat/completions` (or `{upstream}/responses` with `--api responses`, or
+`{upstream}/messages` with `--api messages`: the same relay in front of a backend that serves
+the Responses or the Anthropic Messages API) over a kept-alive connection owned by the client's
 connection, and the backend's response (head and chunked body) is written back to the client
 as it arrives, byte for byte, one write per read, with no parsing beyond finding where the
 response ends. TCP_NODELAY on both sides; the client's send buffer filling up pauses the
@@ -22,6 +23,7 @@ from urllib.parse import urlsplit
 from httpwire import BadRequest, install_uvloop, set_nodelay, simple_response, take_request
 
 CHUNKED_END = b"\r\n0\r\n\r\n"
+ENDPOINTS = {"chat": "/chat/completions", "responses": "/responses", "messages": "/messages"}
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,9 +38,7 @@ class UpstreamTarget:
         parts = urlsplit(url)
         host = parts.hostname or "127.0.0.1"
         port = parts.port or 80
-        path = parts.path.rstrip("/") + (
-            "/responses" if api == "responses" else "/chat/completions"
-        )
+        path = parts.path.rstrip("/") + ENDPOINTS[api]
         return cls(host, port, path.encode(), f"{host}:{port}".encode())
 
     def request(self, body: bytes) -> bytes:
@@ -226,9 +226,10 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--port", type=int, default=8901)
     p.add_argument(
         "--api",
-        choices=["chat", "responses"],
+        choices=list(ENDPOINTS),
         default="chat",
-        help="the backend endpoint: chat (/chat/completions) or responses (/responses)",
+        help="the backend endpoint: chat (/chat/completions), responses (/responses) or "
+        "messages (/messages)",
     )
     args = p.parse_args(argv)
     install_uvloop()

@@ -72,7 +72,7 @@ def cell_summary(runs: list[dict[str, Any]]) -> dict[str, Any]:
 
 def add_ratios(cells: list[dict[str, Any]]) -> None:
     """Ratio of requests/s (and events/s) to the raw relay's in the same cell of this run
-    (the relay of the same upstream API: Chat, or Responses for the /v1/responses rows)."""
+    (the relay of the same upstream API: Chat, Responses or Anthropic Messages)."""
     relay = {(c["target"], c["n"], c["c"]): c for c in cells if c.get("kind") == "baseline"}
     for cell in cells:
         base = relay.get((cell.get("relay", "raw relay"), cell["n"], cell["c"]))
@@ -134,7 +134,8 @@ def markdown(result: dict[str, Any]) -> str:
         f"{s['warmup']} s of warm-up; M = {s['m']} argument fragments; ratios are to the raw "
         "relay measured in the same cell of this run (requests/s); for the /v1/responses rows "
         "(the gateway with `--upstream-api responses`, agentic-api) to `raw relay (responses)`, "
-        "the relay of the backend's Responses stream.",
+        "the relay of the backend's Responses stream; for `streamer (anthropic)` to `raw relay "
+        "(messages)`, the relay of the backend's Anthropic Messages stream.",
         "",
     ]
     ns = [n for n in s["n"] if any(c["n"] == n for c in cells)]
@@ -194,7 +195,8 @@ def markdown(result: dict[str, Any]) -> str:
         "so this figure may be low. ≈: fewer requests ended in the window than there are "
         "streams, so requests/s is events/s divided by the events of one response. "
         "Events are what the client received: Responses events for the gateways, Chat chunks "
-        "for the raw relay, Responses events for the raw relay (responses).",
+        "for the raw relay, Responses events for the raw relay (responses), Messages events "
+        "for the raw relay (messages).",
         "",
         "## Targets",
         "",

@@ -5,7 +5,9 @@ in front of the backend's Chat Completions when installed (the LiteLLM proxy, co
 ds4codex, agent-wire-proxy; one not installed is reported with its installer's error), and
 the /v1/responses group (the raw relay of the backend's
 Responses stream, `streamer serve --upstream-api responses` when it exists, agentic-api when
-installed; see responses_targets.py), probes what a namespaced tool comes back as through
+installed; see responses_targets.py), the Anthropic Messages group (the raw relay of the
+backend's Messages stream, `streamer serve --upstream-api anthropic`; messages_targets.py),
+probes what a namespaced tool comes back as through
 each gateway, then for every N (text deltas) and concurrency C runs the load
 client against each target, R times, interleaved, and writes the medians as JSON and Markdown
 (and a PNG plot) under bench/results/. The gateway and the peers run pinned to core 0, the
@@ -31,6 +33,7 @@ from pathlib import Path
 from typing import Any
 
 import fresh_probes
+import messages_targets
 import probe_responses
 import procstat
 import report
@@ -302,6 +305,9 @@ def start_targets(
         only = [n for n in args.n if n in args.responses_n] or None  # none of them: every N
         extra = args.gateway_arg
         responses_targets.start_group(upstream, gw, logs, extra, root, args.agentic, only, out)
+    if args.messages:  # the backends that speak Anthropic's /v1/messages (issue 29)
+        only = [n for n in args.n if n in args.responses_n] or None
+        messages_targets.start_group(upstream, gw, logs, args.gateway_arg, tg.ROOT, only, out)
 
 
 def run_matrix(
@@ -501,6 +507,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     )
     p.add_argument(
         "--no-agentic", dest="agentic", action="store_false", help="leave agentic-api out"
+    )
+    p.add_argument(
+        "--messages",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="the Anthropic /v1/messages-upstream rows: the raw relay of the backend's "
+        "Messages stream, streamer --upstream-api anthropic (default on; at --responses-n)",
     )
     p.add_argument(
         "--responses-n",

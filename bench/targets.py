@@ -35,7 +35,8 @@ class Target:
     kind: str  # "gateway" | "baseline" | "peer"
     url: str = ""
     transport: str = "sse"  # "sse" | "ws"
-    expect: str = "responses"  # "responses" | "raw" (Chat chunks) | "raw-responses"; raw: no check
+    # "responses" | "raw" (Chat chunks) | "raw-responses" | "raw-messages"; raw: no check
+    expect: str = "responses"
     pids: list[int] = field(default_factory=list)  # roots of the process trees to measure
     pinned: bool = False
     status: str = "ok"  # "ok" | "skipped" | "failed"
@@ -158,25 +159,30 @@ def control_backend(backend: Target, n: int, m: int) -> None:
 
 
 RESPONSES_RELAY = "raw relay (responses)"
+MESSAGES_RELAY = "raw relay (messages)"
+_RELAYS = {  # api -> (name, what its stream ends with for the load client)
+    "chat": ("raw relay", "raw"),
+    "responses": (RESPONSES_RELAY, "raw-responses"),
+    "messages": (MESSAGES_RELAY, "raw-messages"),
+}
 
 
 def start_relay(upstream: str, cpus: set[int] | None, logs: Path, api: str = "chat") -> Target:
-    """The raw relay to the backend's Chat endpoint, or (api "responses") to its Responses one."""
+    """The raw relay to the backend's Chat endpoint, or (api "responses", "messages") to its
+    Responses or Anthropic Messages one."""
     cmd = [sys.executable, "raw_relay.py", "--upstream", upstream, "--port", "0", "--api", api]
-    name = RESPONSES_RELAY if api == "responses" else "raw relay"
-    proc = spawn(
-        cmd, cpus, logs / ("raw-relay-responses.log" if api == "responses" else "raw-relay.log")
-    )
+    name, expect = _RELAYS[api]
+    proc = spawn(cmd, cpus, logs / ("raw-relay.log" if api == "chat" else f"raw-relay-{api}.log"))
     port = read_port(proc, 15)
     return Target(
         name,
         "baseline",
         f"http://127.0.0.1:{port}",
-        expect="raw-responses" if api == "responses" else "raw",
+        expect=expect,
         pids=[proc.pid],
         pinned=bool(cpus),
         proc=proc,
-        version="bench/raw_relay.py" + (" --api responses" if api == "responses" else ""),
+        version="bench/raw_relay.py" + ("" if api == "chat" else f" --api {api}"),
         relay=name,
     )
 

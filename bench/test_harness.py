@@ -21,6 +21,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import breakdown
 import load_backend
+import load_messages
 import load_responses
 import probe_responses
 import procstat
@@ -497,4 +498,48 @@ def test_breakdown_puts_a_sample_in_its_innermost_named_layer() -> None:
         "streamer (events)": 3,
         "decoding the backend stream": 2,
         "event loop": 1,
+    }
+
+
+# --- the Anthropic /v1/messages side (issue 29) --------------------------------------------
+
+
+async def test_messages_relay_returns_the_backend_messages_stream_which_the_gateway_decodes() -> (
+    None
+):
+    """The load backend's Messages stream, through the raw relay byte for byte, decodes in the
+    gateway's own decoder to N text deltas and the call on the first tool by its flat name."""
+    from streamer.core.deltas import TextDelta, ToolCallDelta, expand
+    from streamer.upstream.anthropic.stream import MessagesDecoder
+    from streamer.upstream.chat.stream import EndCause
+
+    raw = b"".join(
+        b"event: " + e["type"].encode() + b"\ndata: " + orjson.dumps(e) + b"\n\n"
+        for e in load_messages.message_events(30, 4, FLAT)
+    )
+    backend = load_backend.Backend(n=30, m=4)
+    b_srv = await load_backend.start(backend)
+    b_port = b_srv.sockets[0].getsockname()[1]
+    r_srv = await raw_relay.start(f"http://127.0.0.1:{b_port}/v1", api="messages")
+    r_port = r_srv.sockets[0].getsockname()[1]
+    try:
+        body = {"model": "bench", "stream": True, "max_tokens": 64, "messages": [],
+                "tools": [{"name": FLAT, "input_schema": {"type": "object"}}]}  # fmt: skip
+        relayed = await _post(r_port, "/v1/messages", orjson.dumps(body))
+        assert relayed == await _post(b_port, "/v1/messages", orjson.dumps(body)) == raw
+        assert judge(relayed, "raw-messages") == ("message_stop", None)
+        assert backend.last["path"] == "/v1/messages"
+    finally:
+        for srv in (r_srv, b_srv):
+            srv.close()
+            await srv.wait_closed()
+    decoder = MessagesDecoder()
+    deltas = decoder.feed(raw)
+    while decoder.pending:
+        deltas += decoder.take()
+    deltas = expand(deltas + decoder.end(EndCause.CLEAN))
+    assert [d.text for d in deltas if type(d) is TextDelta] == [f"tok{i} " for i in range(30)]
+    calls = [d for d in deltas if isinstance(d, ToolCallDelta)]
+    assert calls[0].name == FLAT and orjson.loads("".join(c.arguments for c in calls)) == {
+        "query": "abcd" * 2
     }

@@ -72,13 +72,19 @@ def is_compaction(items: Sequence[Mapping[str, Any]]) -> bool:
 
 
 def restore(
-    items: list[dict[str, Any]], sealer: Sealer, *, offset: int = 0, start: int = 0
+    items: list[dict[str, Any]],
+    sealer: Sealer,
+    *,
+    offset: int = 0,
+    owner: str = "",
+    start: int = 0,
 ) -> list[dict[str, Any]]:
     """What the backend is shown of `items`: sealed items opened (a 400 naming one that does
-    not open), what a compaction replaced left out. `offset`: how many leading items of the
-    turn's input are history (a failure there names `previous_response_id`); `start`: the
-    index of `items[0]` in it (`items` is its tail, whose head is opened already: then it
-    holds no compaction, which would reach back into the head)."""
+    not open, or was sealed for another `owner`), what a compaction replaced left out.
+    `offset`: how many leading items of the turn's input are history (a failure there
+    names `previous_response_id`); `start`: the index of `items[0]` in it (`items` is its
+    tail, whose head is opened already: then it holds no compaction, which would reach
+    back into the head)."""
     for item in items:  # (the scan of every history: a loop of lookups, no calls)
         if item.get("type") in _MAYBE_SEALED and _sealed(item):
             break
@@ -88,20 +94,21 @@ def restore(
     for i, item in enumerate(items):
         kind, at = item.get("type"), start + i
         if kind in COMPACTION_TYPES:
+            blob = item.get("encrypted_content")
             summary = sealer.open(
-                "compaction", SUMMARY_FIELD, item.get("encrypted_content"), _param(at, offset)
+                "compaction", SUMMARY_FIELD, blob, _param(at, offset), owner=owner
             )
             view[i] = summary_message(summary)
             _drop_replaced(view, i)
         elif kind == "reasoning" and item.get("encrypted_content") is not None:
-            opened = _open_reasoning(item, sealer, _param(at, offset), stored=at < offset)
+            opened = _open_reasoning(item, sealer, _param(at, offset), at < offset, owner)
             if opened is not None:
                 view[i] = opened
     return view
 
 
 def _open_reasoning(
-    item: dict[str, Any], sealer: Sealer, param: str, *, stored: bool
+    item: dict[str, Any], sealer: Sealer, param: str, stored: bool, owner: str
 ) -> dict[str, Any] | None:
     """A sealed reasoning item as the backend is shown it: its text (if it shows none),
     and a Responses backend's own blob sealed with it (`BACKEND_FIELD`); None: as it is.
@@ -109,7 +116,8 @@ def _open_reasoning(
     not open (another key) is left as it is."""
     readable = _readable(item)
     try:
-        fields = sealer.open_fields("reasoning", REASONING_FIELD, item["encrypted_content"], param)
+        blob = item["encrypted_content"]
+        fields = sealer.open_fields("reasoning", REASONING_FIELD, blob, param, owner=owner)
     except RequestError:
         if stored and readable:
             return None
@@ -207,10 +215,11 @@ class Compactor:
     (within `max_chars`, then `exceeded`), other output left out; `item()` is the one
     compaction item, made at the end."""
 
-    __slots__ = ("_made", "_texts", "exceeded", "last_request", "left", "sealer")
+    __slots__ = ("_made", "_texts", "exceeded", "last_request", "left", "owner", "sealer")
 
-    def __init__(self, sealer: Sealer, last_request: str, max_chars: int) -> None:
+    def __init__(self, sealer: Sealer, last_request: str, max_chars: int, owner: str = "") -> None:
         self.sealer = sealer
+        self.owner = owner  # whose turn: the item opens for this client only
         self.last_request = last_request
         self.left = max_chars
         self.exceeded = False
@@ -244,7 +253,7 @@ class Compactor:
         if self._made:
             return []
         self._made = True
-        sealed = self.sealer.seal("compaction", SUMMARY_FIELD, self.summary())
+        sealed = self.sealer.seal("compaction", SUMMARY_FIELD, self.summary(), owner=self.owner)
         return [WholeItem({"id": new_id("cmp"), "type": "compaction", "encrypted_content": sealed})]
 
     def wrap(

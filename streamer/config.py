@@ -71,12 +71,15 @@ class Settings:
     )
     host: str = setting("127.0.0.1", "Address to bind.")
     port: int = setting(8080, "Port to bind.")
-    upstream_api_key: str | None = setting(None, "Bearer key sent to the backend.")
+    upstream_api_key: str | None = setting(
+        None, "Key sent to the backend (Bearer; x-api-key to an anthropic backend)."
+    )
     upstream_api: str = setting(
         "chat",
-        "What the backend speaks: chat (POST /chat/completions) or responses (POST /responses, "
-        "streamed, store: false; the gateway keeps the state). Tools per --backend-profile "
-        "(streamer/upstream/responses/profiles.py).",
+        "What the backend speaks: chat (POST /chat/completions), responses (POST /responses, "
+        "streamed, store: false; the gateway keeps the state) or anthropic (POST /messages, "
+        "Anthropic Messages; the key in x-api-key). Tools per --backend-profile "
+        "(streamer/upstream/responses/profiles.py, streamer/upstream/anthropic/profiles.py).",
     )
     upstream_proxy: str | None = setting(
         None,

@@ -179,12 +179,9 @@ class Gateway:
             conversation, body, history = await self.conversation(body, history, client)
         if isinstance(body, dict) and item_references.referenced_ids(body.get("input")):
             body = {**body, "input": await self.references(body["input"], history, client)}
-        options = plan.route.options.turn  # the model's
-        turn = prepare(body, options, history=history, client=client or "")
+        turn = prepare(body, plan.route.options.turn, history=history, client=client or "")
         self.upstreams.bind(turn, plan, session)
         turn.conversation, turn.new_from = conversation, len(history)
-        if client is not None:
-            turn.client = client
         if authorization and self.settings.forward_authorization:
             turn.headers["Authorization"] = authorization
         return turn

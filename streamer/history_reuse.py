@@ -183,7 +183,7 @@ def inputs(
     ctx = context(request, options, client) if len(history) + _length(raw) >= MIN_ITEMS else None
     kept = _find(options.history, ctx, request, history, raw) if ctx is not None else None
     if kept is not None:
-        got = _resume(kept, options, history, raw)
+        got = _resume(kept, options, history, raw, client)
         if got is not None:
             got.context = ctx
             return got
@@ -191,7 +191,7 @@ def inputs(
     check_media(new_items, file_parts=options.lowering.file_parts)
     items = [*history, *new_items] if history else new_items
     _count(items, options)
-    view = restore(items, options.sealer, offset=len(history))
+    view = restore(items, options.sealer, offset=len(history), owner=client)
     return Inputs(new_items, items, view, context=ctx, raw=_replayable(raw, history))
 
 
@@ -219,7 +219,11 @@ def _find(
 
 
 def _resume(
-    kept: Kept, options: TurnOptions, history: Sequence[dict[str, Any]], raw: Any
+    kept: Kept,
+    options: TurnOptions,
+    history: Sequence[dict[str, Any]],
+    raw: Any,
+    client: str,
 ) -> Inputs | None:
     """The turn's items past `kept`'s, validated and opened; None when one of them
     reaches back into `kept`'s (a compaction, tools declared by an item)."""
@@ -236,7 +240,8 @@ def _resume(
     if any(item.get("type") in _REACHES_BACK for item in rest):
         return None
     _count(items, options)
-    view = [*kept.view, *restore(rest, options.sealer, offset=len(history), start=n)]
+    opened = restore(rest, options.sealer, offset=len(history), owner=client, start=n)
+    view = [*kept.view, *opened]
     names = kept.names.copy()
     return Inputs(new_items, items, view, names, kept, raw=_replayable(raw, history))
 

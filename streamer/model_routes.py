@@ -126,9 +126,11 @@ def backend(
     proxied = settings.upstream or settings.config
     proxy = select_proxy(url, settings.upstream_proxy, os.environ) if proxied else None
     wire = options.kind.wire(options.profile)
-    upstream = BackendClient(url, wire, api_key=spec.api_key, proxy=proxy, **client)
-    # whatever the backend says back is scrubbed of every key this gateway knows
-    return RedactingUpstream(upstream, (*secrets, *(proxy.secrets if proxy else ())))
+    # whatever the backend says back is scrubbed of every key this gateway knows: by the
+    # client where its words enter the gateway's own, by the wrapper where they pass through
+    known = (*secrets, *(proxy.secrets if proxy else ()))
+    upstream = BackendClient(url, wire, api_key=spec.api_key, proxy=proxy, secrets=known, **client)
+    return RedactingUpstream(upstream, known)
 
 
 def reread(settings: Settings) -> ModelsConfig | None:

@@ -41,6 +41,7 @@ class ModelSpec:
     api_key_env: str | None = None
     tool_name_style: str | None = None  # None: --tool-name-style
     context_window: int | None = None
+    max_output_tokens: int | None = None  # `max_tokens` when a request gives none (Anthropic)
     input_modalities: tuple[str, ...] | None = None
     supports_tools: bool = True
     supports_reasoning: bool = True
@@ -157,6 +158,7 @@ _KEYS: dict[str, str] = {
     "api_key_env": "the name of an environment variable",
     "tool_name_style": "one of " + ", ".join(TOOL_NAME_STYLES),
     "context_window": "a positive integer",
+    "max_output_tokens": "a positive integer",
     "input_modalities": "an array of " + ", ".join(MODALITIES),
     "supports_tools": "a boolean",
     "supports_reasoning": "a boolean",
@@ -228,6 +230,7 @@ class _Checker:
             api_key_env=key_env,
             tool_name_style=style,
             context_window=get.positive("context_window"),
+            max_output_tokens=get.positive("max_output_tokens"),
             input_modalities=modalities,
             supports_tools=get.flag("supports_tools"),
             supports_reasoning=get.flag("supports_reasoning"),

@@ -87,6 +87,6 @@ class Observation:
 def open_recording(tap: TapDirectory, turn: Turn) -> ExchangeRecorder:
     """The turn's recording, with the client's request and the backend's as its first lines."""
     recorder = tap.open(turn.response["id"])
-    recorder.client_request(turn.request)
+    recorder.client_request(turn.request, turn.client)
     recorder.backend_request(turn.backend_request)
     return recorder

@@ -19,8 +19,10 @@ from functools import partial
 from typing import Any
 
 from streamer.config import PROFILE_SETTINGS, SETTINGS, Setting, Settings
+from streamer.core.model_catalog import output_limits
 from streamer.core.tools import NamingConfig
 from streamer.history_reuse import HistoryCache
+from streamer.model_metadata import load_model_catalog
 from streamer.models_config import TOOL_NAME_STYLES, ModelSpec
 from streamer.pipeline import TurnOptions
 from streamer.sealing import EPHEMERAL_KEY, Sealer, load_sealer
@@ -98,8 +100,18 @@ def model_options(settings: Settings, spec: ModelSpec, base: TurnOptions) -> Mod
     lowering = lowering_options(
         profile, model=spec.backend_model or spec.name, tools=kind.tools(profile.name)
     )
+    lowering = replace(lowering, **_output_limits(settings, spec))
     naming = replace(base.naming, style=spec.tool_name_style or base.naming.style)  # type: ignore[arg-type]
     return ModelOptions(replace(base, naming=naming, lowering=lowering, kind=kind), profile)
+
+
+def _output_limits(settings: Settings, spec: ModelSpec) -> dict[str, Any]:
+    """The model's `max_output_tokens`: its `--config` entry's, else its `--model-metadata`
+    entry's, else that file's defaults; for the catch-all model, each entry's by name."""
+    default, own = output_limits(load_model_catalog(settings.model_metadata))
+    if spec.name is None:
+        return {"max_output_tokens": default, "output_limits": tuple(own.items())}
+    return {"max_output_tokens": spec.max_output_tokens or own.get(spec.name) or default}
 
 
 def model_knobs() -> dict[str, Callable[[Any], Any]]:

@@ -149,7 +149,8 @@ def prepare(
     client: str = "",
 ) -> Turn:
     """Validate and lower one request. `history` is the continued response's input+output;
-    `client`: who asks (a conversation's kept lowering is its client's alone)."""
+    `client`: who asks (streamer.identity): its sealed items open only for it, and a
+    conversation's kept lowering is its alone."""
     validate_request(request, model_required=options.lowering.model is None)
     # null means "not given" in OpenAI's API: the Response echoes the default, never null
     request = {k: v for k, v in request.items() if v is not None}
@@ -162,7 +163,8 @@ def prepare(
     compactor = None
     if is_compaction(new_items):
         backend_request = options.kind.compaction(request, view, names, options.lowering)
-        compactor = Compactor(options.sealer, last_user_request(items), options.max_output_bytes)
+        last = last_user_request(items)
+        compactor = Compactor(options.sealer, last, options.max_output_bytes, client)
     else:
         backend_request = history_reuse.lower(request, got, names, options)
     response = new_response(request, response_id=response_id)
@@ -176,7 +178,7 @@ def prepare(
         response,
         limits=limits,
         prompt=prompt,
-        seal_reasoning=_reasoning_sealer(request, options),
+        seal_reasoning=_reasoning_sealer(request, options, client),
     )
     return Turn(
         request,
@@ -184,6 +186,7 @@ def prepare(
         names,
         backend_request,
         streamer,
+        client=client,
         max_seconds=options.max_turn_seconds,
         compactor=compactor,
         lowering=options.lowering,
@@ -193,7 +196,7 @@ def prepare(
 
 
 def _reasoning_sealer(
-    request: dict[str, Any], options: TurnOptions
+    request: dict[str, Any], options: TurnOptions, owner: str
 ) -> Callable[[str, str | None], str] | None:
     """Reasoning items carry their text sealed when the client asks for it (with a
     Responses backend's own blob, when it sent one)."""
@@ -204,7 +207,7 @@ def _reasoning_sealer(
 
     def seal(text: str, backend: str | None) -> str:
         extra = {BACKEND_FIELD: backend} if backend else None
-        return sealer.seal("reasoning", REASONING_FIELD, text, extra)
+        return sealer.seal("reasoning", REASONING_FIELD, text, extra, owner=owner)
 
     return seal
 

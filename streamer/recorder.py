@@ -47,8 +47,13 @@ class ExchangeRecorder:
         except OSError:
             self._file = None  # a full disk must not break the client's stream
 
-    def client_request(self, body: Any) -> None:
-        self._line("client_request", body=body)
+    def client_request(self, body: Any, owner: str = "") -> None:
+        """The request; `owner`: the digest of the client's key (a replay opens its sealed
+        items as that client), left out for the anonymous client."""
+        if owner:
+            self._line("client_request", body=body, owner=owner)
+        else:
+            self._line("client_request", body=body)
 
     def backend_request(self, body: Any) -> None:
         self._line("backend_request", body=body)

@@ -3,9 +3,12 @@
 A compaction item carries its summary, a reasoning item (when the client asks for
 `include: ["reasoning.encrypted_content"]`) its reasoning text, sealed with AES-256-GCM
 under the gateway's state key (`--state-key-file`; without it a random key per process).
-The blob's kind (`compaction`, `reasoning`) is bound to it as associated data, so a
-reasoning blob never opens as a compaction. A blob that does not open (another key,
-tampered, truncated, not ours, too long) is a 400 naming the item's field, never a drop.
+The blob's kind (`compaction`, `reasoning`) and its owner (the digest of the client it was
+made for, `Turn.client`: "" for a gateway without keys) are bound to it as associated
+data, so a reasoning blob never opens as a compaction, nor one client's blob for another
+(OpenAI binds these to the organisation). A blob that does not open (another key, another
+client's, tampered, truncated, not ours, too long) is a 400 naming the item's field, never
+a drop; whose it was is never said (another client's gets what an altered one gets).
 
 Blob: `stm1_` + base64url(nonce(12) || ciphertext || tag(16)), no padding. The plaintext
 is a JSON object (`{"summary": …}`, `{"text": …}`).
@@ -91,9 +94,16 @@ class Sealer:
         return cls(hashlib.sha256(b"streamer state key\0" + secret).digest())
 
     def seal(
-        self, kind: Kind, field: str, text: str, extra: Mapping[str, str] | None = None
+        self,
+        kind: Kind,
+        field: str,
+        text: str,
+        extra: Mapping[str, str] | None = None,
+        *,
+        owner: str = "",
     ) -> str:
-        """`{field: text, **extra}` sealed as a `kind` blob (`text` cut to `MAX_PLAIN_BYTES`).
+        """`{field: text, **extra}` sealed as a `kind` blob of `owner` (`text` cut to
+        `MAX_PLAIN_BYTES`); it opens only for the same owner.
 
         `extra`: more fields kept with it (a Responses backend's own `encrypted_content`)."""
         more = dict(extra or {})
@@ -105,15 +115,18 @@ class Sealer:
             self._warn = False
             log.warning("no --state-key-file: %s", EPHEMERAL_KEY)
         nonce = self._nonce(NONCE_BYTES)
-        sealed = self._cipher().encrypt(nonce, plain, _aad(kind))
+        sealed = self._cipher().encrypt(nonce, plain, _aad(kind, owner))
         return PREFIX + base64.urlsafe_b64encode(nonce + sealed).rstrip(b"=").decode()
 
-    def open(self, kind: Kind, field: str, blob: Any, param: str) -> str:
-        """The text sealed in `blob` under `field`, or a 400 whose `param` is `param`."""
-        return self.open_fields(kind, field, blob, param)[field]
+    def open(self, kind: Kind, field: str, blob: Any, param: str, *, owner: str = "") -> str:
+        """The text sealed in `blob` under `field` for `owner`, or a 400 naming `param`."""
+        return self.open_fields(kind, field, blob, param, owner=owner)[field]
 
-    def open_fields(self, kind: Kind, field: str, blob: Any, param: str) -> dict[str, Any]:
-        """Every field sealed in `blob` (`field` among them), or a 400 naming `param`."""
+    def open_fields(
+        self, kind: Kind, field: str, blob: Any, param: str, *, owner: str = ""
+    ) -> dict[str, Any]:
+        """Every field sealed in `blob` (`field` among them) for `owner`, or a 400 naming
+        `param`."""
         if blob is None:
             raise invalid(
                 f"Missing required parameter: '{param}'.", param, "missing_required_parameter"
@@ -134,12 +147,12 @@ class Sealer:
         from cryptography.exceptions import InvalidTag
 
         try:
-            plain = self._cipher().decrypt(raw[:NONCE_BYTES], raw[NONCE_BYTES:], _aad(kind))
+            plain = self._cipher().decrypt(raw[:NONCE_BYTES], raw[NONCE_BYTES:], _aad(kind, owner))
         except InvalidTag:
             raise _unopenable(
                 param,
-                f"it is not a {kind} item sealed with this gateway's state key "
-                "(another key, altered or truncated)",
+                f"it is not a {kind} item this gateway sealed for this client "
+                "(another state key, another client's, altered or truncated)",
             ) from None
         fields = orjson.loads(plain)  # only ever written by `seal`
         if not isinstance(fields.get(field), str):
@@ -147,8 +160,10 @@ class Sealer:
         return dict(fields)
 
 
-def _aad(kind: Kind) -> bytes:
-    return b"streamer encrypted_content v1 " + kind.encode()
+def _aad(kind: Kind, owner: str) -> bytes:
+    """What a blob is bound to besides the key: its kind and its owner (v2: v1 had no owner,
+    so its blobs no longer open)."""
+    return b"streamer encrypted_content v2 " + kind.encode() + b"\0" + owner.encode()
 
 
 def _unopenable(param: str, why: str) -> RequestError:

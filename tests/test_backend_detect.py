@@ -78,8 +78,45 @@ CASES: dict[str, tuple[str, dict[str, str], int, bytes, str | None]] = {
         _models({"id": "gpt-5", "owned_by": "system"}),
         "openai",
     ),
-    # nothing says: a LiteLLM proxy says "openai" of every model it lists
+    # nothing says: a LiteLLM proxy says "openai" of every model it lists ...
     "litellm": (LOCAL, {}, 200, _models({"id": "m", "owned_by": "openai"}), None),
+    # ... but its answers carry its version
+    "litellm by header": (
+        LOCAL,
+        {"x-litellm-version": "1.80.0"},
+        200,
+        _models({"id": "m", "owned_by": "openai"}),
+        "litellm",
+    ),
+    "anthropic by host": ("https://api.anthropic.com/v1", {}, 401, b"", "anthropic"),
+    "anthropic by header": (
+        "https://claude-gw.example/v1",
+        {"anthropic-organization-id": "org-1"},
+        200,
+        b"{}",
+        "anthropic",
+    ),
+    "anthropic by its model list": (
+        "https://claude-gw.example/v1",
+        {},
+        200,
+        orjson.dumps(
+            {
+                "data": [
+                    {
+                        "type": "model",
+                        "id": "claude-sonnet-4-5",
+                        "display_name": "Claude Sonnet 4.5",
+                        "created_at": "2025-09-29T00:00:00Z",
+                    }
+                ],
+                "has_more": False,
+                "first_id": "claude-sonnet-4-5",
+                "last_id": "claude-sonnet-4-5",
+            }
+        ),
+        "anthropic",
+    ),
     "an error": (LOCAL, {}, 404, _models({"id": "m", "owned_by": "vllm"}), None),
     "not json": (LOCAL, {}, 200, b"<html>", None),
     "a list": (LOCAL, {}, 200, b"[]", None),

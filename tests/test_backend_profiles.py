@@ -344,7 +344,7 @@ def test_every_profile_is_a_row_and_flags_lay_over_it() -> None:
 
     assert set(PROFILES) == {
         *("vllm", "sglang", "llamacpp", "ollama", "lmstudio", "deepseek", "kimi", "glm"),
-        *("openrouter", "openai", "generic"),
+        *("openrouter", "openai", "generic", "anthropic", "litellm"),
     }
     generic = resolve("generic")
     assert (generic.tool_choice_object, generic.system_messages, generic.drop) == (

@@ -69,7 +69,7 @@ def same(cached: Any, plain: Any) -> None:
 
 
 def sealed_reasoning(text: str) -> dict[str, Any]:
-    blob = SEALER.seal("reasoning", REASONING_FIELD, text)
+    blob = SEALER.seal("reasoning", REASONING_FIELD, text, owner="c1")
     return {"type": "reasoning", "summary": [], "encrypted_content": blob}
 
 
@@ -205,7 +205,12 @@ def test_another_models_options_never_resume_a_turn() -> None:
 @pytest.mark.parametrize(
     "new",
     [
-        [{"type": "compaction", "encrypted_content": SEALER.seal("compaction", "summary", "s")}],
+        [
+            {
+                "type": "compaction",
+                "encrypted_content": SEALER.seal("compaction", "summary", "s", owner="c1"),
+            }
+        ],
         [{"type": "additional_tools", "tools": [{"type": "function", "name": "late"}]}],
     ],
 )

@@ -332,23 +332,17 @@ def merged(deltas: list[Delta]) -> list[tuple[str, int, str]]:
 @settings(max_examples=300, deadline=None)
 @given(plain_batches, st.lists(st.integers(0, 8), max_size=3))
 def test_redaction_takes_runs_as_their_pieces(batches: list[list[Delta]], cuts: list[int]) -> None:
-    """Runs through the scrubber's fast pass scrub as plain pieces through its general path."""
-    from streamer.redact import _RedactingStream
-    from streamer.upstream.batch import Batch
+    """Runs through the scrubber scrub as their plain pieces do, one by one."""
+    from streamer.core.delta_scrub import DeltaScrubber
 
-    class Inner:
-        first = None
-
-    def scrubbed(deltas_of: Any, general: bool) -> list[Delta]:
-        stream = _RedactingStream(Inner(), SECRETS)
-        if general:  # the reference: every delta through the scrubber itself
-            stream._scrub_batch = lambda b: stream._scrub_from(list(b), 0)  # type: ignore[method-assign]
+    def scrubbed(deltas_of: Any) -> list[Delta]:
+        scrubber = DeltaScrubber(SECRETS)
         out: list[Delta] = []
-        for i, batch in enumerate(batches):
-            out += stream._scrubbed(Batch(deltas_of(batch), end=i == len(batches) - 1))
-        return out
+        for batch in batches:
+            out += scrubber.feed(deltas_of(batch))
+        return out + scrubber.flush()
 
-    def fresh(batch: list[Delta]) -> list[Delta]:  # the scrubber writes into plain deltas
+    def fresh(batch: list[Delta]) -> list[Delta]:  # deltas the scrubber may rewrite
         return [
             ToolCallDelta(0, None, None, d.arguments)
             if isinstance(d, ToolCallDelta)
@@ -356,5 +350,5 @@ def test_redaction_takes_runs_as_their_pieces(batches: list[list[Delta]], cuts: 
             for d in batch
         ]  # type: ignore[union-attr]
 
-    fast = scrubbed(lambda b: grouped(fresh(b), cuts), general=False)
-    assert merged(fast) == merged(scrubbed(fresh, general=True))
+    runs = scrubbed(lambda b: grouped(fresh(b), cuts))
+    assert merged(runs) == merged(scrubbed(fresh))

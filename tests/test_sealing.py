@@ -28,6 +28,47 @@ def test_a_blob_opens_only_as_its_kind_under_its_key() -> None:
         assert (caught.value.status, caught.value.param) == (400, "input[2].encrypted_content")
 
 
+def test_a_blob_opens_only_for_its_owner_and_says_nothing_of_whose_it_is() -> None:
+    blob = SEALER.seal("compaction", "summary", "A's summary", owner="alice")
+    assert SEALER.open("compaction", "summary", blob, "p", owner="alice") == "A's summary"
+    raw = bytearray(base64.urlsafe_b64decode(blob[len(PREFIX) :] + "=="))
+    raw[-1] ^= 1
+    altered = PREFIX + base64.urlsafe_b64encode(bytes(raw)).rstrip(b"=").decode()
+    refusals = []
+    for other, owner in ((blob, "bob"), (blob, ""), (altered, "alice")):
+        with pytest.raises(RequestError) as caught:
+            SEALER.open("compaction", "summary", other, "p", owner=owner)
+        refusals.append(caught.value.body())
+    assert refusals[0] == refusals[1] == refusals[2]  # another owner's is an altered blob
+    anonymous = SEALER.seal("reasoning", "text", "t")  # a gateway without keys: one owner, ""
+    assert SEALER.open("reasoning", "text", anonymous, "p") == "t"
+
+
+async def test_a_replay_opens_sealed_items_as_the_recorded_client() -> None:
+    from streamer.pipeline import TurnOptions
+    from streamer.tap.replay import Recording, replay
+
+    item = {
+        "type": "compaction",
+        "encrypted_content": SEALER.seal("compaction", "summary", "S", owner="c1"),
+    }
+    text = b'data: {"choices":[{"index":0,"delta":{"content":"ok"},"finish_reason":"stop"}]}\n\n'
+    lines = [
+        {
+            "kind": "client_request",
+            "owner": "c1",
+            "body": {"model": "m", "input": [item, {"role": "user", "content": "go"}]},
+        },
+        {"kind": "backend_request", "body": {"model": "m", "messages": []}},
+        {"kind": "backend_chunk", "data": text.decode() + "data: [DONE]\n\n"},
+    ]
+    events = await replay(Recording(lines), TurnOptions(sealer=SEALER))
+    assert events[-1].type == "response.completed"
+    lines[0].pop("owner")  # as another client: the item does not open
+    with pytest.raises(RequestError, match="could not be opened"):
+        await replay(Recording(lines), TurnOptions(sealer=SEALER))
+
+
 def test_every_blob_has_its_own_nonce() -> None:
     assert SEALER.seal("reasoning", "text", "same") != SEALER.seal("reasoning", "text", "same")
 

@@ -77,6 +77,12 @@ class LoweringOptions:
     tools: BackendTools = FLAT
     """The tool forms the backend takes as they are (its kind's row for the profile); the
     Chat lowering flattens every tool to a function whatever it says."""
+    max_output_tokens: int | None = None
+    """The model's output token limit when the request gives none (`max_output_tokens` in
+    `--config` or `--model-metadata`): sent by the kinds that require one (Anthropic's)."""
+    output_limits: tuple[tuple[str, int], ...] = ()
+    """The same by the request's `model`, for a catch-all model (`--model-metadata`'s own
+    entries); the request's model found here wins over `max_output_tokens`."""
 
 
 def lower(

@@ -125,6 +125,7 @@ def _optional_limit(value: Any, where: str) -> int | None:
 
 _CHECKS = {
     "context_window": _positive_int,
+    "max_output_tokens": _positive_int,
     "auto_compact_token_limit": _optional_limit,
     "reasoning_levels": _levels,
     "default_reasoning_level": lambda v, w: _one_of(v, REASONING_EFFORTS, w),
@@ -177,6 +178,13 @@ def backend_context_window(entry: Mapping[str, Any] | None) -> int | None:
     return None
 
 
+def output_limits(catalog: ModelCatalog) -> tuple[int | None, dict[str, int]]:
+    """`max_output_tokens` of the file's defaults, and of each model that sets its own."""
+    limits = {slug: e.get("max_output_tokens") for slug, e in catalog.models.items()}
+    own = {slug: limit for slug, limit in limits.items() if isinstance(limit, int)}
+    return catalog.defaults.get("max_output_tokens"), own
+
+
 def codex_model_info(
     slug: str, catalog: ModelCatalog, backend: Mapping[str, Any] | None, priority: int
 ) -> dict[str, Any]:
@@ -193,6 +201,7 @@ def codex_model_info(
         or DEFAULT_CONTEXT_WINDOW
     )
     meta.pop("context_window", None)
+    meta.pop("max_output_tokens", None)  # the gateway's (a kind that requires one), not Codex's
     levels = meta.pop("reasoning_levels", None)
     if levels is None:
         levels = _levels(["low", "medium", "high"], "reasoning_levels")

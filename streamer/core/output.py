@@ -398,12 +398,16 @@ class OutputItemStreamer:
 
     def _on_reasoning_blob(self, delta: ReasoningBlob) -> None:
         """The backend's blob for its reasoning: sealed with the item's text when it closes
-        (a reasoning item of its own if none is open); without sealing, left out."""
+        (a reasoning item of its own if none is open; after the calls, with the reasoning
+        held with it, while calls are open); without sealing, left out."""
         if self._seal_reasoning is None:
             return
         item = self._open
         if item is None or item.item["type"] != "reasoning":
-            if self._calls or not self._new_item():
+            if self._calls:
+                self._deferred.append(delta)
+                return
+            if not self._new_item():
                 return
             self._close_open("completed")
             self._open_item("reasoning")

@@ -42,6 +42,7 @@ class Recording:
 
     def __init__(self, lines: Iterable[dict[str, Any]]) -> None:
         self.request: dict[str, Any] | None = None
+        self.owner = ""  # whose request (its key's digest): sealed items open for it only
         self.backend_request: Any = None
         self.chunks: list[bytes] = []
         self.events: list[dict[str, Any]] = []
@@ -49,6 +50,7 @@ class Recording:
             kind = line.get("kind")
             if kind == "client_request" and self.request is None:
                 self.request = line.get("body")
+                self.owner = str(line.get("owner") or "")
             elif kind == "backend_request" and self.backend_request is None:
                 self.backend_request = line.get("body")
             elif kind == "backend_chunk":
@@ -101,8 +103,8 @@ class _RecordedUpstream:
     async def open(self, backend_request: dict[str, Any], **_: Any) -> Any:
         body = b"".join(self.chunks)
         if body.lstrip()[:1] in (b"{", b"["):  # a whole JSON answer, recorded as one read
-            return BackendStream.answered(self.kind.decode_whole(body))
-        decoder = self.kind.decoder(300, None)
+            return BackendStream.answered(self.kind.decode_whole(body, ()))
+        decoder = self.kind.decoder(300, None, ())
         return await BackendStream.reading(_RecordedBody(self.chunks), decoder)  # type: ignore[arg-type]
 
 
@@ -115,7 +117,7 @@ async def replay(recording: Recording, options: TurnOptions | None = None) -> li
     if kind is not options.kind:  # lowered for it, with the generic profile's tool forms
         lowering = replace(options.lowering, tools=kind.tools("generic"))
         options = replace(options, kind=kind, lowering=lowering)
-    turn = prepare(dict(recording.request), options)
+    turn = prepare(dict(recording.request), options, client=recording.owner)
     events: list[Event] = []
     if recording.events and recording.events[0].get("type") == "response.queued":
         events += turn.streamer.queued()  # a background turn's recording: its log, queued first

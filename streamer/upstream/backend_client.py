@@ -14,7 +14,10 @@ into the same deltas, so callers have one path. Failures before the stream start
 failures after it started are the stream's last batch, ending in `UpstreamError`.
 
 The backend's API key only ever travels in the kind's key header; no message, repr or
-exception built here contains it (exceptions are raised `from None` for that reason).
+exception built here contains it (exceptions are raised `from None` for that reason). The
+backend's own words are scrubbed of `secrets` (whole ones, streamer/core/scrub.py) where
+they enter: its error bodies (the kind's `http_error`), its error events and malformed
+payloads (the kind's decoders), the bytes a protocol error quotes.
 """
 
 from __future__ import annotations
@@ -22,13 +25,14 @@ from __future__ import annotations
 import asyncio
 import logging
 import ssl
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 from urllib.parse import urlsplit
 
 import orjson
 
 from streamer.core.errors import RequestError
+from streamer.core.scrub import bearer_token, excerpt, secrets_of
 from streamer.core.wire_messages import body_pieces
 from streamer.identity import client_identity
 from streamer.upstream.backend_errors import Failures, Rejected, read_http_error
@@ -51,7 +55,7 @@ from streamer.upstream.http1.wire import (
     ProtocolError,
     ReadTimeout,
 )
-from streamer.upstream.kind import Wire
+from streamer.upstream.kind import Wire, bearer
 
 log = logging.getLogger("streamer.upstream")
 
@@ -85,9 +89,13 @@ class BackendClient:
         max_json_body: int = JSON_BODY_LIMIT,
         json_budget: ByteBudget | None = None,
         open_connections: OpenConnections | None = None,
+        secrets: Iterable[str | None] = (),
     ) -> None:
         self.base_url = base_url.rstrip("/")
         self.wire = wire
+        # taken out of the backend's words where they enter: its key, and every other
+        # this gateway knows (a forwarded bearer token is added per request)
+        self.secrets = secrets_of((api_key, *secrets))
         # optional parameters this backend answered 400 to: left out from then on (a subset
         # of the fixed `rejected_params.DROPPABLE`, so bounded)
         self.rejected: frozenset[str] = frozenset()
@@ -210,22 +218,25 @@ class BackendClient:
         pieces = body_pieces(body)
         length = len(pieces[0]) if len(pieces) == 1 else sum(map(len, pieces))
         pool = self.pool_for(client)
+        secrets = self._secrets_for(headers)
         if headers:
             merged = self._headers({**dict(self.wire.headers), **headers}, pool)
             head = pool.head("POST", self._path + self.wire.path, merged, length)
         else:
             head = self._turn_head + b"Content-Length: %d\r\n\r\n" % length
         payload = head + pieces[0] if len(pieces) == 1 else [head, *pieces]
-        raw_resp = await self._request(pool, payload, self.first_byte_timeout, self.idle_timeout)
+        raw_resp = await self._request(
+            pool, payload, self.first_byte_timeout, self.idle_timeout, secrets
+        )
         resp: Response | DecodedResponse = raw_resp
         try:
             if resp.status >= 300:
-                raise await self._http_error(raw_resp, body)
-            resp = self._decoding(raw_resp)
+                raise await self._http_error(raw_resp, secrets, body)
+            resp = self._decoding(raw_resp, secrets)
             if "json" in resp.content_type:
-                return self._whole(await self._read_json(resp), on_raw, resp)
-            decoder = self.wire.decoder(self.idle_timeout, self.first_byte_timeout)
-            return await BackendStream.reading(resp, decoder, on_raw=on_raw)
+                return self._whole(await self._read_json(resp, secrets), on_raw, resp, secrets)
+            decoder = self.wire.decoder(self.idle_timeout, self.first_byte_timeout, secrets)
+            return await BackendStream.reading(resp, decoder, on_raw=on_raw, secrets=secrets)
         except BaseException:
             resp.release()  # kept if the whole body is in, else cut
             raise
@@ -235,18 +246,26 @@ class BackendClient:
         raw: bytearray,
         on_raw: Callable[[bytes], None] | None,
         resp: Response | DecodedResponse,
+        secrets: tuple[str, ...],
     ) -> BackendStream:
         """A whole JSON answer, decoded; its bytes given back to the budget."""
         try:
             if on_raw is not None:
                 on_raw(bytes(raw))
-            deltas = self.wire.decode_whole(raw)
+            deltas = self.wire.decode_whole(raw, secrets)
         finally:
             self.json_budget.give(len(raw))
         resp.release()
         return BackendStream.answered(deltas)
 
-    async def _read_json(self, resp: Response | DecodedResponse) -> bytearray:
+    def _secrets_for(self, headers: dict[str, str] | None) -> tuple[str, ...]:
+        """This request's secrets: the gateway's, and the client's forwarded bearer token."""
+        token = bearer_token(headers)
+        return secrets_of((*self.secrets, token)) if token else self.secrets
+
+    async def _read_json(
+        self, resp: Response | DecodedResponse, secrets: tuple[str, ...]
+    ) -> bytearray:
         """A whole JSON body, its bytes taken from `json_budget` (the caller gives them back).
 
         Past `max_json_body` the turn fails with a 502, past the shared budget with a 503;
@@ -269,10 +288,10 @@ class BackendClient:
             raise failures.timed_out() from None
         except ContentCodingError as exc:  # before ProtocolError: it is one
             budget.give(len(raw))
-            raise failures.undecodable(exc) from None
+            raise failures.undecodable(exc, secrets) from None
         except ProtocolError as exc:
             budget.give(len(raw))
-            raise failures.invalid(exc) from None
+            raise failures.invalid(exc, secrets) from None
         except (HTTPClientError, OSError):
             budget.give(len(raw))
             raise failures.closed_early("sending its answer") from None
@@ -291,12 +310,12 @@ class BackendClient:
         its failures in the turn's terms."""
         resp: Response | DecodedResponse = raw_resp
         try:
-            resp = self._decoding(raw_resp)
+            resp = self._decoding(raw_resp, self.secrets)
             return resp.status, await resp.read_all(JSON_BODY_LIMIT)
         except TimeoutError:
             raise self.failures.timed_out() from None
         except ContentCodingError as exc:
-            raise self.failures.undecodable(exc) from None
+            raise self.failures.undecodable(exc, self.secrets) from None
         except (HTTPClientError, OSError):
             raise self.failures.closed_early(doing) from None
         finally:
@@ -308,7 +327,7 @@ class BackendClient:
         raw_resp = await self._get_models(self.connect_timeout)
         resp: Response | DecodedResponse = raw_resp
         try:
-            resp = self._decoding(raw_resp)
+            resp = self._decoding(raw_resp, self.secrets)
             body = await resp.read_all(limit)
             return raw_resp.status, {k: v for k, v in raw_resp.headers.items()}, body
         finally:
@@ -353,7 +372,13 @@ class BackendClient:
     def _headers(self, headers: dict[str, str], pool: ConnectionPool) -> list[tuple[str, str]]:
         """Headers merged case-insensitively, the later winning; the key added if none came."""
         merged = {k.lower(): (k, v) for k, v in headers.items()}
-        if "authorization" not in merged:
+        forwarded = merged.get("authorization")
+        if forwarded is not None and self.wire.auth is not bearer:
+            # a client's forwarded bearer token goes where this kind takes its key (x-api-key)
+            del merged["authorization"]
+            name, value = self.wire.auth(bearer_token({"authorization": forwarded[1]}) or "")
+            merged[name.lower()] = (name, value)
+        elif forwarded is None:
             if self._api_key:
                 name, value = self.wire.auth(self._api_key)
                 merged.setdefault(name.lower(), (name, value))
@@ -372,7 +397,12 @@ class BackendClient:
         return await self._request(pool, head, timeout)
 
     async def _request(
-        self, pool: ConnectionPool, payload: Payload, timeout: float, idle: float | None = None
+        self,
+        pool: ConnectionPool,
+        payload: Payload,
+        timeout: float,
+        idle: float | None = None,
+        secrets: tuple[str, ...] | None = None,
     ) -> Response:
         failures = self.failures
         try:
@@ -382,19 +412,21 @@ class BackendClient:
         except ReadTimeout:
             raise failures.timed_out() from None
         except ProtocolError as exc:
-            raise failures.invalid(exc) from None
+            raise failures.invalid(exc, self.secrets if secrets is None else secrets) from None
         except (HTTPClientError, OSError):
             raise failures.closed_early("answering") from None
 
-    def _decoding(self, resp: Response) -> Response | DecodedResponse:
+    def _decoding(self, resp: Response, secrets: tuple[str, ...]) -> Response | DecodedResponse:
         """`resp`, or its body decoded if a `Content-Encoding` came (a proxy compressed it)."""
         try:
             decoder = decoder_for(_content_encoding(resp))
         except UnsupportedCoding as exc:
-            raise self.failures.undecodable(exc) from None
+            raise self.failures.undecodable(exc, secrets) from None
         return resp if decoder is None else DecodedResponse(resp, decoder)
 
-    async def _http_error(self, resp: Response, sent: dict[str, Any] | None = None) -> RequestError:
+    async def _http_error(
+        self, resp: Response, secrets: tuple[str, ...], sent: dict[str, Any] | None = None
+    ) -> RequestError:
         """A non-2xx answer; the forward proxy's own 407 is a 502 that names it. With
         `sent`, a 400 that names optional parameters of it is `Rejected`."""
         if resp.status == 407 and self._forward_proxy and self._proxy is not None:
@@ -403,13 +435,12 @@ class BackendClient:
         try:
             decoder = decoder_for(_content_encoding(resp))
         except UnsupportedCoding as exc:  # the status matters more than the body's text
-            error = wire.http_error(resp.status, b"", resp.headers, ())
-            error.message += f" (its body is in Content-Encoding {exc.coding!r}, not decoded)"
+            error = wire.http_error(resp.status, b"", resp.headers, secrets)
+            coding = excerpt(exc.coding, 40, secrets)
+            error.message += f" (its body is in Content-Encoding {coding!r}, not decoded)"
             return error
         body = resp if decoder is None else DecodedResponse(resp, decoder)
-        return await read_http_error(
-            body, wire.http_error, wire.rejected_params, self._api_key, sent
-        )
+        return await read_http_error(body, wire.http_error, wire.rejected_params, secrets, sent)
 
     def _where(self) -> str:
         # host and port only: a base URL may carry credentials in its userinfo

@@ -12,7 +12,6 @@ from __future__ import annotations
 from typing import Any
 
 from streamer.core.errors import RequestError, server_error
-from streamer.redact import secrets_of
 from streamer.upstream.http1.connection import Response
 from streamer.upstream.http1.content_coding import ContentCodingError, DecodedResponse
 from streamer.upstream.http1.wire import HTTPClientError, ProtocolError
@@ -48,16 +47,18 @@ class Failures:
         self.where = where
         self.first_byte_timeout = first_byte_timeout
 
-    def invalid(self, exc: ProtocolError) -> RequestError:
+    def invalid(self, exc: ProtocolError, secrets: tuple[str, ...]) -> RequestError:
+        """`exc` quoting the backend's bytes, whole `secrets` out before they are cut."""
         return RequestError(
-            f"The backend at {self.where} sent an invalid HTTP answer: {exc}.",
+            f"The backend at {self.where} sent an invalid HTTP answer: {exc.shown(secrets)}.",
             status=502,
             type="server_error",
             code="upstream_error",
         )
 
-    def undecodable(self, exc: ContentCodingError) -> RequestError:
-        message = f"The backend at {self.where} sent an answer that cannot be decoded: {exc}."
+    def undecodable(self, exc: ContentCodingError, secrets: tuple[str, ...]) -> RequestError:
+        shown = exc.shown(secrets)
+        message = f"The backend at {self.where} sent an answer that cannot be decoded: {shown}."
         return server_error(message, 502, "upstream_error")
 
     def timed_out(self) -> RequestError:
@@ -99,19 +100,19 @@ async def read_http_error(
     resp: Response | DecodedResponse,
     http_error: HttpError,
     rejected_params: RejectedParams,
-    api_key: str | None = None,
+    secrets: tuple[str, ...] = (),
     sent: dict[str, Any] | None = None,
 ) -> RequestError:
     """A backend's non-2xx answer, with its status, message, type, code and param kept
-    (and the backend key scrubbed from its text before that is cut); `Rejected` if it
-    names optional parameters of `sent`."""
+    (its words scrubbed of `secrets` where they enter: the kind's `http_error`);
+    `Rejected` if it names optional parameters of `sent`."""
     if resp.status < 400:
         return http_error(resp.status, b"", resp.headers, ())
     try:
         raw = await resp.read_all(ERROR_BODY_LIMIT)
     except (TimeoutError, HTTPClientError, OSError):
         raw = b""
-    exc = http_error(resp.status, raw, resp.headers, secrets_of((api_key,)))
+    exc = http_error(resp.status, raw, resp.headers, secrets)
     if exc.status == 429 and exc.code is None:  # clients key on it, as on OpenAI's own 429s
         exc.code = "rate_limit_exceeded"
     names = rejected_params(resp.status, raw, sent) if sent is not None else ()

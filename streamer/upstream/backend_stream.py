@@ -61,10 +61,12 @@ class BackendStream:
         *,
         on_raw: Callable[[bytes], None] | None = None,
         first: Batch | None = None,
+        secrets: tuple[str, ...] = (),
     ) -> None:
         self._resp = response
         self._on_raw = on_raw
         self._decoder = decoder
+        self._secrets = secrets  # out of the bytes a protocol error quotes
         self.first = first
 
     @classmethod
@@ -74,10 +76,11 @@ class BackendStream:
         decoder: StreamDecoder,
         *,
         on_raw: Callable[[bytes], None] | None = None,
+        secrets: tuple[str, ...] = (),
     ) -> BackendStream:
         """The stream of an event-stream answer read by `decoder`, its first batch decoded
         if its first bytes came with the head (that read does not wait)."""
-        stream = cls(response, decoder, on_raw=on_raw)
+        stream = cls(response, decoder, on_raw=on_raw, secrets=secrets)
         if response.buffered:
             deltas = await stream._read(response)
             decoder = stream._decoder
@@ -123,9 +126,9 @@ class BackendStream:
         except TimeoutError:
             cause = EndCause.TIMEOUT
         except ContentCodingError as exc:  # before ProtocolError: it is one
-            cause, detail = EndCause.UNDECODABLE, str(exc)
+            cause, detail = EndCause.UNDECODABLE, exc.shown(self._secrets)
         except ProtocolError as exc:
-            cause, detail = EndCause.INVALID, str(exc)
+            cause, detail = EndCause.INVALID, exc.shown(self._secrets)
         except ServerDisconnected:
             cause = EndCause.EOF
         except (HTTPClientError, OSError):

@@ -60,6 +60,13 @@ STREAM_HEADERS = (
 )
 
 
+Decoder = Callable[[float, float | None, tuple[str, ...]], "StreamDecoder"]
+"""(idle, first byte timeouts, secrets) -> a stream's decoder, which scrubs the backend's
+error words of those secrets where they enter (streamer/core/scrub.py)."""
+DecodeWhole = Callable[[bytes | bytearray, tuple[str, ...]], list[Delta]]
+"""(a whole 2xx JSON body, secrets) -> its deltas."""
+
+
 def bearer(api_key: str) -> tuple[str, str]:
     """OpenAI's key header (Chat Completions, Responses)."""
     return "Authorization", f"Bearer {api_key}"
@@ -87,8 +94,8 @@ class Wire:
 
     path: str  # POST {base}{path}, e.g. "/chat/completions"
     body: Body  # the lowered request as sent (streamed, ...)
-    decoder: Callable[[float, float | None], StreamDecoder]  # (idle, first byte) timeouts
-    decode_whole: Callable[[bytes | bytearray], list[Delta]]  # a whole 2xx JSON body
+    decoder: Decoder  # (idle, first byte) timeouts, the secrets it scrubs from errors
+    decode_whole: DecodeWhole  # a whole 2xx JSON body (and those secrets)
     headers: tuple[tuple[str, str], ...] = STREAM_HEADERS  # every turn's, and the kind's own
     auth: Callable[[str], tuple[str, str]] = bearer  # the key's header
     http_error: HttpError = http_error  # a non-2xx answer -> RequestError
@@ -121,8 +128,8 @@ class BackendKind:
     prompt_keys: tuple[str, ...]  # the lowered request's fields that are the prompt (usage)
     tools: Callable[[str], BackendTools]  # the tool forms it takes, by --backend-profile
     body: Callable[[BackendProfile], Body]  # a model's request as sent (streamed, ...)
-    decoder: Callable[[float, float | None], StreamDecoder]  # body bytes -> deltas
-    decode_whole: Callable[[bytes | bytearray], list[Delta]]  # a whole 2xx JSON body
+    decoder: Decoder  # body bytes -> deltas
+    decode_whole: DecodeWhole  # a whole 2xx JSON body
     recorded: Callable[[Mapping[str, Any]], bool]  # a recorded backend request is of it
     tap: TapReading | None = None  # None: its stream is Responses events, checked as they are
     embedded: bool = False  # the embedded scripted model speaks it (no --upstream needed)

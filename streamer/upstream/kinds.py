@@ -8,11 +8,12 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from streamer.upstream.anthropic.kind import ANTHROPIC
 from streamer.upstream.chat.kind import CHAT
 from streamer.upstream.kind import BackendKind
 from streamer.upstream.responses.kind import RESPONSES
 
-KINDS: dict[str, BackendKind] = {kind.name: kind for kind in (CHAT, RESPONSES)}
+KINDS: dict[str, BackendKind] = {kind.name: kind for kind in (CHAT, RESPONSES, ANTHROPIC)}
 NAMES = tuple(KINDS)  # as the module was loaded (readers of the list read KINDS)
 
 

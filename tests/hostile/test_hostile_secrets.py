@@ -2,8 +2,10 @@
 
 The key must not reach anything a client, an operator or a disk sees: the bytes a client
 gets (SSE, JSON, WebSocket, headers included), the stored response, the `--tap-dir`
-recording and the logs. Fragments count: every substring of the key of 8 characters is
-looked for, and none may appear. The backend is a raw TCP one, so it can put the key
+recording and the logs. Fragments count: every substring of the key of 8 characters that
+reaches past its prefix `sk-upstream-` is looked for, and none may appear. (The prefix says
+what the key is, as `sk-proj-` does, and `upstream` is a word of the gateway's own, as in
+its code `upstream_error`: that is no leak, and the gateway's words are never rewritten.) The backend is a raw TCP one, so it can put the key
 where it hurts: across the cut of a long error text, across the cut of a malformed chunk's
 quote or of a bad header line, across two reads of an error, across output deltas (text, reasoning, refusal, tool
 arguments) and in a whole JSON completion.
@@ -29,7 +31,8 @@ from streamer.recorder import ExchangeRecorder
 
 KEY = "sk-upstream-HOSTILE-0123456789abcd"  # 34 characters, as in the issue
 CLIENT_KEY = "sk-client-of-the-gateway-000000"
-FRAGMENTS = {KEY[i : i + 8] for i in range(len(KEY) - 7)}
+PUBLIC = len("sk-upstream-")
+FRAGMENTS = {KEY[i : i + 8] for i in range(len(KEY) - 7) if i + 8 > PUBLIC}
 HALF = len(KEY) // 2
 TOOLS = [{"type": "function", "name": "lookup", "parameters": {"type": "object"}}]
 

@@ -31,6 +31,7 @@ from streamer.core.deltas import (
     Usage,
 )
 from streamer.core.json_bounds import MAX_ITEM_DEPTH, too_deep
+from streamer.core.scrub import excerpt, scrub
 from streamer.core.sse import SSEMessage
 from streamer.upstream.chat.chunk_shapes import NO_SHAPE, learn_arguments, learn_text
 from streamer.upstream.chat.error_shapes import CONTEXT_OVERFLOW, is_context_overflow
@@ -102,6 +103,7 @@ class ChatChunkDecoder:
         "_args_keys",
         "_calls",
         "_lessons",
+        "_secrets",
         "_seen",
         "_text",
         "_text_keys",
@@ -111,8 +113,9 @@ class ChatChunkDecoder:
         "runs",
     )
 
-    def __init__(self, *, runs: bool = False) -> None:
+    def __init__(self, *, runs: bool = False, secrets: tuple[str, ...] = ()) -> None:
         self.runs = runs  # decode runs of per-token chunks together (TextRun, ToolCallRun)
+        self._secrets = secrets  # taken out of the backend's error text (streamer/core/scrub.py)
         self._tier: str | None = None  # the service tier the stream reported last
         self.done = False
         self.finished = False
@@ -281,18 +284,18 @@ class ChatChunkDecoder:
         if message_data.strip() in ("[DONE]", b"[DONE]"):
             self.done = True
             return []
-        snippet = message_data[:_SNIPPET]
-        if isinstance(snippet, bytes):
-            snippet = snippet.decode("utf-8", "replace")
+        text = message_data[: _SNIPPET * 4]  # as many characters whether bytes or text
+        if isinstance(text, bytes):
+            text = text.decode("utf-8", "replace")
+        snippet = excerpt(text, _SNIPPET, self._secrets)
         message = f"The backend sent malformed JSON in its stream: {snippet!r}"
         return [UpstreamError(INVALID_CHUNK, message)]
 
     def _decode_object(self, obj: dict[str, Any], event: str | None) -> list[Delta]:
-        error = payload_error(obj)
+        error = payload_error(obj, self._secrets)
         if error is None and event == "error":
-            error = UpstreamError(
-                "server_error", _text(obj.get("message")) or "The backend reported an error."
-            )
+            said = _said(obj.get("message"), self._secrets)
+            error = UpstreamError("server_error", said or "The backend reported an error.")
         if error is not None:
             return [error]
         out: list[Delta] = []
@@ -369,15 +372,16 @@ class ChatChunkDecoder:
         return False
 
 
-def decode_completion(body: Any) -> list[Delta]:
-    """A whole (non-streamed) `chat.completion` as the deltas its stream would have carried."""
+def decode_completion(body: Any, secrets: tuple[str, ...] = ()) -> list[Delta]:
+    """A whole (non-streamed) `chat.completion` as the deltas its stream would have carried
+    (`secrets`: taken out of an error it reports)."""
     if not isinstance(body, dict):
         return [
             UpstreamError(
                 INVALID_CHUNK, "The backend answered with JSON that is not a chat completion."
             )
         ]
-    error = payload_error(body)
+    error = payload_error(body, secrets)
     if error is not None:
         return [error]
     out: list[Delta] = []
@@ -403,8 +407,9 @@ def decode_completion(body: Any) -> list[Delta]:
     return out
 
 
-def payload_error(obj: dict[str, Any]) -> UpstreamError | None:
-    """`{"error": {...}}`, `{"error": "text"}` or vLLM's `{"object": "error", ...}`."""
+def payload_error(obj: dict[str, Any], secrets: tuple[str, ...] = ()) -> UpstreamError | None:
+    """`{"error": {...}}`, `{"error": "text"}` or vLLM's `{"object": "error", ...}`; the
+    backend's words scrubbed of `secrets` (whole ones), the gateway's defaults as they are."""
     err = obj.get("error")
     if err is None and obj.get("object") == "error":
         err = obj
@@ -412,15 +417,24 @@ def payload_error(obj: dict[str, Any]) -> UpstreamError | None:
         return None
     if isinstance(err, str):
         kind = CONTEXT_OVERFLOW if is_context_overflow(None, err) else "server_error"
-        return UpstreamError(kind, err or "The backend reported an error.")
+        return UpstreamError(kind, _said(err, secrets) or "The backend reported an error.")
     if not isinstance(err, dict):
         return UpstreamError("server_error", "The backend reported an error.")
     error_type = _text(err.get("type"))
-    code = _text(err.get("code")) or error_type or "server_error"
-    message = _text(err.get("message")) or "The backend reported an error."
+    code = _text(err.get("code")) or error_type
+    message = _text(err.get("message"))
     if is_context_overflow(code, message) or is_context_overflow(error_type, ""):
         code = CONTEXT_OVERFLOW
-    return UpstreamError(code, message, error_type if error_type not in ("", code) else None)
+    else:
+        code = _said(code, secrets) or "server_error"
+    said = _said(message, secrets) or "The backend reported an error."
+    error_type = _said(error_type, secrets)
+    return UpstreamError(code, said, error_type if error_type not in ("", code) else None)
+
+
+def _said(value: Any, secrets: tuple[str, ...]) -> str:
+    """A string the backend chose, whole secrets out ("" for anything else)."""
+    return scrub(value, secrets) if value.__class__ is str and secrets else _text(value)
 
 
 def decode_usage(usage: dict[str, Any]) -> Usage:

@@ -25,12 +25,16 @@ _HOSTS = (
     ("api.z.ai", "glm"),  # docs.z.ai: https://api.z.ai/api/paas/v4
     ("open.bigmodel.cn", "glm"),
     ("openrouter.ai", "openrouter"),  # https://openrouter.ai/api/v1
+    ("api.anthropic.com", "anthropic"),  # https://api.anthropic.com/v1 (--upstream-api anthropic)
 )
 # Response headers only one backend sends (lower-case names).
 _HEADERS = (
     # platform.openai.com/docs/api-reference/debugging-requests: on every API response
     ("openai-organization", "openai"),
     ("openai-processing-ms", "openai"),
+    # docs.anthropic.com/en/api/overview, "Response headers": on every API response
+    ("anthropic-organization-id", "anthropic"),
+    ("x-litellm-version", "litellm"),  # the LiteLLM proxy's own, on its answers
 )
 # `owned_by` of the models in `GET /v1/models`, as each server fills it in.
 _OWNERS = (
@@ -43,6 +47,9 @@ _OWNERS = (
 )
 # Fields of a model entry that only OpenRouter's list has (openrouter.ai/docs: "Models").
 _OPENROUTER_FIELDS = ("canonical_slug", "pricing", "top_provider")
+# Anthropic's `GET /v1/models` entries: `{"type": "model", "id", "display_name", "created_at"}`
+# (the SDK's ModelInfo), where OpenAI-shaped lists have `object` and `owned_by`.
+_ANTHROPIC_FIELDS = ("display_name", "created_at")
 _MAX_MODELS = 64  # model entries looked at
 
 
@@ -86,4 +93,6 @@ def _from_listing(listing: Mapping[str, Any]) -> Fit | None:
             return Fit(profile, f'owned_by "{owner}" in GET /models')
     if any(all(field in m for field in _OPENROUTER_FIELDS) for m in models):
         return Fit("openrouter", "OpenRouter's model fields in GET /models")
+    if any(m.get("type") == "model" and all(f in m for f in _ANTHROPIC_FIELDS) for m in models):
+        return Fit("anthropic", "Anthropic's model entries in GET /models")
     return None

@@ -1,7 +1,10 @@
 """A backend's non-2xx answer -> the `RequestError` the client gets (pure).
 
 The status, type, code and param survive; the body's message is read from the shapes
-backends use, scrubbed of secrets; rate-limit headers pass on only when well-formed.
+backends use; rate-limit headers pass on only when well-formed. Every string the backend
+chose is scrubbed of whole secrets here, where it enters (streamer/core/scrub.py); the
+gateway's own words are never touched. A 401 or 403 is worded by the gateway: a backend
+that quotes the key it refused (OpenAI shows its first and last characters) says nothing.
 """
 
 from __future__ import annotations
@@ -13,7 +16,7 @@ from typing import Any
 import orjson
 
 from streamer.core.errors import RequestError
-from streamer.redact import scrub
+from streamer.core.scrub import excerpt, scrub
 from streamer.upstream.chat.error_shapes import CONTEXT_OVERFLOW, is_context_overflow, is_rejection
 
 _RATE_LIMIT_HEADERS = ("retry-after", "retry-after-ms")
@@ -58,28 +61,19 @@ def http_error(
             code="upstream_error",
         )
     kept = rate_limit_headers(headers) if status in (429, 503) else {}
-    details: dict[str, Any] = {}
-    try:
-        parsed = orjson.loads(raw) if raw else None
-    except orjson.JSONDecodeError:
-        parsed = None
-    if isinstance(parsed, dict):
-        err = parsed.get("error")
-        if isinstance(err, dict):
-            details = err
-        elif isinstance(err, str):
-            details = {"message": err}
-        elif parsed.get("object") == "error" or "message" in parsed:
-            details = parsed
-        elif isinstance(parsed.get("detail"), str):
-            details = {"message": parsed["detail"]}
+    kept = {k: scrub(v, secrets) for k, v in kept.items()}
+    details = _details(raw)
     message = details.get("message")
-    if not (isinstance(message, str) and message):
-        text = scrub(raw.decode("utf-8", "replace").strip(), secrets)[:_ERROR_TEXT]
+    if status in (401, 403):
+        message = _REFUSED.format(status=status)
+    elif isinstance(message, str) and message:
+        message = scrub(message, secrets)
+    else:
+        text = excerpt(raw.decode("utf-8", "replace").strip(), _ERROR_TEXT, secrets)
         message = f"The backend answered HTTP {status}" + (f": {text}" if text else ".")
-    type_ = _text(details.get("type")) or None
-    code = _text(details.get("code")) or None
-    param = details.get("param")
+    type_ = scrub(_text(details.get("type")), secrets) or None
+    code = scrub(_text(details.get("code")), secrets) or None
+    param = scrub(_text(details.get("param")), secrets) or None
     if is_context_overflow(type_, message) or is_context_overflow(code, message):
         code = CONTEXT_OVERFLOW
         status, type_ = (400, "invalid_request_error") if status >= 500 else (status, type_)
@@ -90,9 +84,37 @@ def http_error(
         status=status,
         type=type_ or ("server_error" if status >= 500 else "invalid_request_error"),
         code=code,
-        param=param if isinstance(param, str) and param else None,
+        param=param,
         headers=kept,
     )
+
+
+_REFUSED = (
+    "The backend refused the credentials it was sent (HTTP {status}): check "
+    "--upstream-api-key (with --forward-authorization, the client's own key)."
+)
+
+
+def _details(raw: bytes) -> dict[str, Any]:
+    """The error object of a JSON body in any of the shapes backends use ({} for none)."""
+    if not raw:
+        return {}
+    try:
+        parsed = orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        return {}
+    if not isinstance(parsed, dict):
+        return {}
+    err = parsed.get("error")
+    if isinstance(err, dict):
+        return err
+    if isinstance(err, str):
+        return {"message": err}
+    if parsed.get("object") == "error" or "message" in parsed:
+        return parsed
+    if isinstance(parsed.get("detail"), str):
+        return {"message": parsed["detail"]}
+    return {}
 
 
 def _text(value: Any) -> str:

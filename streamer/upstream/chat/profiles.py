@@ -125,6 +125,11 @@ PROFILES: dict[str, BackendProfile] = {
         # LM Studio: tool_choice "none" | "auto" | "required" only, no named object
         # (lmstudio.ai/docs/app/api/tools).
         BackendProfile("lmstudio"),
+        # Anthropic and LiteLLM: named for their Messages rows (`--upstream-api anthropic`,
+        # streamer/upstream/anthropic/profiles.py); their Chat Completions endpoints (Claude's
+        # OpenAI compatibility, LiteLLM's proxy) take what generic sends.
+        BackendProfile("anthropic"),
+        BackendProfile("litellm"),
         # DeepSeek: reasoning_effort minimal…max accepted and mapped (minimal/low -> low,
         # medium/high/xhigh -> high, max) by api-docs.deepseek.com guides/thinking_mode;
         # in thinking mode every earlier tool-call turn's `reasoning_content` must come back

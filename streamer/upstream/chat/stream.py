@@ -68,6 +68,7 @@ class ChatDecoder:
         "_batch",
         "_chat",
         "_fed",
+        "_secrets",
         "_sse",
         "broken",
         "ended",
@@ -76,7 +77,13 @@ class ChatDecoder:
         "idle_timeout",
     )
 
-    def __init__(self, idle_timeout: float = 300, first_byte_timeout: float | None = None) -> None:
+    def __init__(
+        self,
+        idle_timeout: float = 300,
+        first_byte_timeout: float | None = None,
+        secrets: tuple[str, ...] = (),
+    ) -> None:
+        self._secrets = secrets  # the payload decoder takes them out of the backend's errors
         self._sse = self._framing()
         self._chat = self._payloads()
         self._backlog: list[bytes | SSEMessage] = []  # events not decoded yet, from `_at` on
@@ -95,7 +102,7 @@ class ChatDecoder:
 
     def _payloads(self) -> PayloadDecoder:
         """The framed payloads' decoder (a subclass gives its own)."""
-        return ChatChunkDecoder(runs=self.runs)
+        return ChatChunkDecoder(runs=self.runs, secrets=self._secrets)
 
     @property
     def done(self) -> bool:
@@ -185,14 +192,15 @@ class ChatDecoder:
         self._backlog, self._at = [], 0
 
 
-def decode_body(raw: bytes | bytearray) -> list[Delta]:
-    """A whole 2xx JSON body: a completion, or an event stream mislabelled as JSON."""
+def decode_body(raw: bytes | bytearray, secrets: tuple[str, ...] = ()) -> list[Delta]:
+    """A whole 2xx JSON body: a completion, or an event stream mislabelled as JSON
+    (`secrets`: taken out of an error it reports)."""
     try:
-        return decode_completion(orjson.loads(raw))
+        return decode_completion(orjson.loads(raw), secrets)
     except orjson.JSONDecodeError:
         pass
     if raw.lstrip().startswith(b"data:"):
-        decoder = ChatDecoder()
+        decoder = ChatDecoder(secrets=secrets)
         out = decoder.feed(bytes(raw))
         while decoder.pending:
             out += decoder.take()

@@ -48,12 +48,13 @@ class UnsupportedCoding(ContentCodingError):
     """A `Content-Encoding` this gateway cannot decode."""
 
     def __init__(self, coding: str) -> None:
-        shown = coding.encode("ascii", "replace")[:40].decode()
+        self.coding = coding.encode("ascii", "replace").decode()  # the backend's header
         super().__init__(
-            f"the backend's answer is compressed with Content-Encoding {shown!r}, which the "
-            f"gateway cannot decode (it asks for identity; it decodes {', '.join(SUPPORTED)})"
+            "the backend's answer is compressed with Content-Encoding {!r}, which the gateway "
+            f"cannot decode (it asks for identity; it decodes {', '.join(SUPPORTED)})",
+            self.coding,
+            40,
         )
-        self.coding = shown
 
 
 class _Stage(Protocol):

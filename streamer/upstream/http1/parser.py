@@ -246,7 +246,6 @@ def _check_transfer_coding(headers: CIMultiDict[str]) -> None:
         return
     other = next((c for c in codings if c != "chunked"), "")
     if other:
-        raise ProtocolError(
-            f"the backend used transfer-coding {other[:40]}, which this gateway does not decode"
-        )
-    raise ProtocolError(f"bad transfer-encoding {', '.join(codings)[:60]!r}")
+        message = "the backend used transfer-coding {}, which this gateway does not decode"
+        raise ProtocolError(message, other, 40)
+    raise ProtocolError("bad transfer-encoding", ", ".join(codings), 60)

@@ -15,6 +15,8 @@ import itertools
 
 from multidict import CIMultiDict
 
+from streamer.core.scrub import excerpt
+
 MAX_HEAD = 64 << 10  # status line and headers
 MAX_HEADERS = 256
 MAX_LINE = 4096  # a chunk-size line, with its extensions
@@ -42,7 +44,27 @@ class ServerDisconnected(HTTPClientError, ConnectionError):
 
 
 class ProtocolError(HTTPClientError):
-    """The server's bytes are not a valid HTTP/1.1 response."""
+    """The server's bytes are not a valid HTTP/1.1 response.
+
+    `quoted`: the server's own bytes it is about, placed in `message` at `{}` (else after
+    it, as a repr). `str()` never shows them; `shown(secrets)` does, scrubbed of whole
+    secrets before they are cut to `limit` (streamer/core/scrub.py).
+    """
+
+    def __init__(self, message: str, quoted: bytes | str = b"", limit: int = 80) -> None:
+        self.template = message if "{" in message or not quoted else message + " {!r}"
+        super().__init__(self.template.format("…") if quoted else message)
+        self.quoted = quoted
+        self.limit = limit
+
+    def shown(self, secrets: tuple[str, ...] = ()) -> str:
+        """The message, quoting the server's bytes (at most `limit` of them, secrets out)."""
+        if not self.quoted:
+            return str(self)
+        quoted = self.quoted
+        if isinstance(quoted, bytes):
+            return self.template.format(excerpt(quoted, self.limit, secrets))
+        return self.template.format(excerpt(quoted, self.limit, secrets))
 
 
 class ReadTimeout(HTTPClientError, TimeoutError):
@@ -55,10 +77,10 @@ def parse_head(head: bytes) -> tuple[int, str, CIMultiDict[str], bool]:
     parts = lines[0].split(b" ", 2)
     version = parts[0]
     if len(parts) < 2 or version not in (b"HTTP/1.1", b"HTTP/1.0"):
-        raise ProtocolError(f"bad status line {lines[0][:80]!r}")
+        raise ProtocolError("bad status line", lines[0])
     code = parts[1]
     if len(code) != 3 or not code.isdigit():
-        raise ProtocolError(f"bad status code {code[:20]!r}")
+        raise ProtocolError("bad status code", code, 20)
     if not b"100" <= code <= b"599":  # "000", "099", "600", "999"
         raise ProtocolError(f"status code {code.decode()} out of range")
     if len(lines) > MAX_HEADERS + 1:
@@ -67,9 +89,9 @@ def parse_head(head: bytes) -> tuple[int, str, CIMultiDict[str], bool]:
     for line in lines[1:]:
         name, sep, value = line.partition(b":")
         if not sep or not name or name != name.strip() or b" " in name or b"\t" in name:
-            raise ProtocolError(f"bad header line {line[:80]!r}")
+            raise ProtocolError("bad header line", line)
         if b"\n" in line or b"\r" in line or b"\0" in line:
-            raise ProtocolError(f"bad character in header line {line[:80]!r}")
+            raise ProtocolError("bad character in header line", line)
         headers.add(name.decode("latin-1"), value.strip(b" \t").decode("latin-1"))
     reason = parts[2].decode("latin-1") if len(parts) > 2 else ""
     return int(code), reason, headers, version == b"HTTP/1.1"
@@ -88,7 +110,7 @@ def body_length(status: int, headers: CIMultiDict[str]) -> int | None:
         return None
     values = {v.strip() for value in lengths for v in value.split(",")}
     if len(values) != 1 or not (value := values.pop()).isdigit() or not value.isascii():
-        raise ProtocolError(f"bad content-length {lengths!r}")
+        raise ProtocolError("bad content-length", ", ".join(lengths))
     return int(value)
 
 
@@ -267,5 +289,5 @@ def _chunk_size(line: bytes) -> int:
     if semi:
         size = size.rstrip(b" \t")  # "bad whitespace" before an extension is allowed
     if not size or len(size) > MAX_SIZE_DIGITS or size.translate(None, _HEX):
-        raise ProtocolError(f"bad chunk size {line[:40]!r}")
+        raise ProtocolError("bad chunk size", line, 40)
     return int(size, 16)

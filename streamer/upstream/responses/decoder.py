@@ -47,6 +47,7 @@ from streamer.core.deltas import (
 )
 from streamer.core.json_bounds import MAX_ITEM_DEPTH, too_deep
 from streamer.core.passing import about_item
+from streamer.core.scrub import excerpt, scrub
 from streamer.core.sse import SSEMessage
 from streamer.upstream.chat.decoder import INVALID_CHUNK, payload_error
 from streamer.upstream.chat.error_shapes import CONTEXT_OVERFLOW, is_context_overflow
@@ -100,11 +101,12 @@ class ResponsesEventDecoder:
 
     __slots__ = (
         "_annotated", "_args", "_calls", "_index", "_last", "_lessons", "_ours", "_passed",
-        "_streamed", "_summary", "_text", "_text_kind", "_tier",
+        "_secrets", "_streamed", "_summary", "_text", "_text_kind", "_tier",
         "done", "finished",
     )  # fmt: skip
 
-    def __init__(self, lessons: int = _LESSONS) -> None:
+    def __init__(self, lessons: int = _LESSONS, *, secrets: tuple[str, ...] = ()) -> None:
+        self._secrets = secrets  # taken out of the backend's error text (streamer/core/scrub.py)
         self.done = False
         self.finished = False
         self._tier: str | None = None
@@ -196,7 +198,8 @@ class ResponsesEventDecoder:
                 return False  # some relays end a Responses stream as a Chat one
             # the same characters whether the framing gave bytes or text (4 bytes a character)
             text = data[: _SNIPPET * 4]
-            text = (text.decode("utf-8", "replace") if isinstance(text, bytes) else text)[:_SNIPPET]
+            text = text.decode("utf-8", "replace") if isinstance(text, bytes) else text
+            text = excerpt(text, _SNIPPET, self._secrets)
             out.append(UpstreamError(INVALID_CHUNK, f"The backend sent malformed JSON: {text!r}"))
             return True
         if obj.__class__ is not dict:
@@ -249,7 +252,7 @@ class ResponsesEventDecoder:
         elif kind == "response.output_text.annotation.added":
             annotation = obj.get("annotation")
             if isinstance(annotation, dict) and too_deep(annotation, _ANNOTATION_DEPTH):
-                out.append(_too_deep("an annotation", annotation.get("type")))
+                out.append(_too_deep("an annotation", annotation.get("type"), self._secrets))
             elif isinstance(annotation, dict):
                 self._annotated.add(_at(obj))
                 out.append(Annotation(annotation))
@@ -262,11 +265,11 @@ class ResponsesEventDecoder:
         elif kind in ("response.completed", "response.incomplete", "response.failed"):
             self._terminal(kind, obj.get("response"), out)
         elif kind == "error" or (kind is None and ("error" in obj or obj.get("object") == "error")):
-            out.append(_error(obj))
+            out.append(_error(obj, self._secrets))
         elif isinstance(kind, str) and kind not in _KNOWN:
             event = {k: v for k, v in obj.items() if k != "sequence_number"}
             if too_deep(event, MAX_ITEM_DEPTH):
-                out.append(_too_deep("an event", kind))
+                out.append(_too_deep("an event", kind, self._secrets))
             else:
                 out.append(ForeignEvent(event, self._key(obj)))
 
@@ -301,7 +304,7 @@ class ResponsesEventDecoder:
             return
         kind = item.get("type")
         if kind not in _STREAMED and too_deep(item, MAX_ITEM_DEPTH):
-            out.append(_too_deep("an output item", kind))
+            out.append(_too_deep("an output item", kind, self._secrets))
             return
         if kind not in _STREAMED:  # a hosted call: opened now, its own events follow it
             self._passed.add(at)
@@ -330,8 +333,9 @@ class ResponsesEventDecoder:
         kind = item.get("type")
         if kind in _CALLS:
             self._call_done(at, item, out)
-        elif kind != "reasoning" and too_deep(item, MAX_ITEM_DEPTH):  # passed on (a message's
-            out.append(_too_deep("an output item", kind))  # annotations) or whole: it cannot be
+        # too deep to pass on (a message's annotations) or whole
+        elif kind != "reasoning" and too_deep(item, MAX_ITEM_DEPTH):
+            out.append(_too_deep("an output item", kind, self._secrets))
         elif kind == "message":
             self._message_done(at, item.get("content"), out)
         elif kind == "reasoning":
@@ -404,7 +408,7 @@ class ResponsesEventDecoder:
         if isinstance(usage, dict):
             out.append(decode_usage(usage))
         if kind == "response.failed":
-            out.append(_error({"error": response.get("error") or {}}))
+            out.append(_error({"error": response.get("error") or {}}, self._secrets))
             return
         if kind == "response.incomplete":
             reason = _str((response.get("incomplete_details") or {}).get("reason"))
@@ -424,7 +428,7 @@ class ResponsesDecoder(ChatDecoder):
         return EventFraming()
 
     def _payloads(self) -> ResponsesEventDecoder:
-        return ResponsesEventDecoder()
+        return ResponsesEventDecoder(secrets=self._secrets)
 
     def take(self) -> list[Delta]:
         """As `ChatDecoder.take`, but the batches stay small until one has a delta: a
@@ -438,8 +442,9 @@ class ResponsesDecoder(ChatDecoder):
         return out
 
 
-def decode_response_body(raw: bytes | bytearray) -> list[Delta]:
-    """A whole (non-streamed) Response, as the deltas its stream would have carried."""
+def decode_response_body(raw: bytes | bytearray, secrets: tuple[str, ...] = ()) -> list[Delta]:
+    """A whole (non-streamed) Response, as the deltas its stream would have carried
+    (`secrets`: taken out of an error it reports)."""
     try:
         body = _loads(raw)
     except orjson.JSONDecodeError:
@@ -448,10 +453,10 @@ def decode_response_body(raw: bytes | bytearray) -> list[Delta]:
         return [
             UpstreamError(INVALID_CHUNK, "The backend answered with a JSON value, not a Response.")
         ]
-    error = payload_error(body) if body.get("object") != "response" else None
+    error = payload_error(body, secrets) if body.get("object") != "response" else None
     if error is not None:
         return [error]
-    decoder = ResponsesEventDecoder()
+    decoder = ResponsesEventDecoder(secrets=secrets)
     out: list[Delta] = []
     for at, item in enumerate(body.get("output") or ()):
         if isinstance(item, dict):
@@ -480,27 +485,34 @@ def decode_usage(usage: dict[str, Any]) -> Usage:
     )
 
 
-def _too_deep(what: str, kind: Any) -> UpstreamError:
+def _too_deep(what: str, kind: Any, secrets: tuple[str, ...]) -> UpstreamError:
     """A backend's item or event the gateway cannot pass on: nested deeper than a client
     could send it back (and than the gateway's own events can hold)."""
     return UpstreamError(
         INVALID_CHUNK,
-        f"The backend sent {what} of type {str(kind)[:_SNIPPET]!r} nested more than "
-        f"{MAX_ITEM_DEPTH} levels deep, which the gateway cannot pass on.",
+        f"The backend sent {what} of type {excerpt(str(kind), _SNIPPET, secrets)!r} nested "
+        f"more than {MAX_ITEM_DEPTH} levels deep, which the gateway cannot pass on.",
     )
 
 
-def _error(obj: dict[str, Any]) -> UpstreamError:
+def _error(obj: dict[str, Any], secrets: tuple[str, ...] = ()) -> UpstreamError:
     """An `error` event (`{type, code, message, param}`), or `response.failed`'s `error`,
-    with the codes a Chat backend's errors get (context overflow recognised)."""
+    with the codes a Chat backend's errors get (context overflow recognised); the backend's
+    words scrubbed of `secrets` (whole ones)."""
     inner = obj.get("error")
     err: dict[str, Any] = inner if isinstance(inner, dict) else obj
-    code = _str(err.get("code")) or "server_error"
-    message = _str(err.get("message")) or "The backend reported an error."
-    kind = _str(err.get("type")) or None
+    code = _str(err.get("code"))
+    message = _str(err.get("message"))
+    kind = _str(err.get("type"))
     if is_context_overflow(code, message) or is_context_overflow(kind, ""):
         code = CONTEXT_OVERFLOW
-    return UpstreamError(code, message, kind)
+    elif secrets:
+        code = scrub(code, secrets)
+    if secrets:
+        message, kind = scrub(message, secrets), scrub(kind, secrets)
+    return UpstreamError(
+        code or "server_error", message or "The backend reported an error.", kind or None
+    )
 
 
 def _at(obj: dict[str, Any]) -> Any:
