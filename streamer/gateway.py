@@ -170,10 +170,13 @@ class Gateway:
         the WebSocket connection's id (its turns keep to one replica).
         """
         plan = self.upstreams.plan(body)  # the model named: 404 for one the config lacks
+        base = None
         if history is None:
             previous = body.get("previous_response_id") if isinstance(body, dict) else None
             # absent, or a type error that validation reports with its param
-            history = await self.history(previous, client) if isinstance(previous, str) else []
+            history = []
+            if isinstance(previous, str):
+                history, base = await self.continued_history(previous, client)
         conversation = None
         if isinstance(body, dict) and body.get("conversation") is not None:
             conversation, body, history = await self.conversation(body, history, client)
@@ -181,10 +184,30 @@ class Gateway:
             body = {**body, "input": await self.references(body["input"], history, client)}
         turn = prepare(body, plan.route.options.turn, history=history, client=client or "")
         self.upstreams.bind(turn, plan, session)
-        turn.conversation, turn.new_from = conversation, len(history)
+        turn.conversation, turn.new_from, turn.stored_base = conversation, len(history), base
         if authorization and self.settings.forward_authorization:
             turn.headers["Authorization"] = authorization
         return turn
+
+    async def continued_history(
+        self, previous: str, client: str | None
+    ) -> tuple[list[dict[str, Any]], tuple[str, int] | None]:
+        """`history`; for a response this process stored with a kept turn, its input comes
+        from there (`HistoryCache.stored_input`) and the store is asked only for the
+        response (is it still there, for this client; its output): with the record's base,
+        `(previous, how many items are its input)` (`Turn.stored_base`), else None."""
+        cache = self.options.history
+        stored = cache.stored_input(previous, client) if cache is not None else None
+        if stored is None:
+            return await self.history(previous, client), None
+        try:
+            response = await self.store.get_response(previous, owner=client)
+        except StoreUnavailable as exc:
+            raise store_unavailable(exc) from None
+        if response is None:
+            raise previous_not_found(previous)
+        output = response.get("output") or []
+        return [*stored, *map(dict, output)], (previous, len(stored))
 
     async def history(self, previous: str, client: str | None) -> list[dict[str, Any]]:
         """The continued response's input then output; another client's is not found, and
@@ -296,10 +319,14 @@ class Gateway:
         """Store a finished response unless the client said `store: false`."""
         if turn.request.get("store") is False:
             return
+        record = stored(turn)
         try:
-            await self.store.put(stored(turn))
+            await self.store.put(record)
         except Exception as exc:  # the client already has its answer; say so in the log
             log.warning("could not store response %s: %s", turn.response["id"], exc)
+            return
+        if self.options.history is not None:  # its continuation need not read it back
+            self.options.history.recorded(record.id, record.owner, record.input_items)
 
     async def extend_conversation(self, turn: Turn) -> None:
         """A finished turn on a conversation: its input and output join it."""

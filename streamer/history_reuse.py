@@ -40,6 +40,7 @@ from streamer.core.media_parts import check_media
 from streamer.core.tool_templates import SOURCE_ITEMS
 from streamer.core.tools import NamingConfig, ResponsesToolNames
 from streamer.sealing import Sealer
+from streamer.store.base import visible
 from streamer.upstream.kind import BackendKind
 
 MIN_ITEMS = 16  # inputs shorter than this are lowered in full, and not kept
@@ -67,9 +68,11 @@ class TurnOptions(Protocol):
     def max_input_items(self) -> int: ...
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Kept:
-    """One turn's lowering, as a later turn resumes it."""
+    """One turn's lowering, as a later turn resumes it; and, once its response is stored,
+    its input as the store holds it (`stored`: the same items as listed, with their ids),
+    so that a continuation by `previous_response_id` need not read it back."""
 
     context: Context  # holds the model's lowering and naming options: their ids stay theirs
     items: tuple[dict[str, Any], ...]  # the turn's effective input
@@ -79,6 +82,8 @@ class Kept:
     state: Any  # where the lowering resumes (core/chat_messages.py MessagesState)
     size: int  # what it holds, roughly, in bytes
     refs: tuple[Any, ...] = ()  # the options whose ids are in `context`
+    stored: tuple[dict[str, Any], ...] | None = None  # `items` as stored (`recorded`)
+    owner: str | None = None  # whose stored response it is
 
 
 class HistoryCache:
@@ -102,11 +107,36 @@ class HistoryCache:
         if kept is None or kept.context != context:
             return None
         n = len(kept.items)
-        if len(history) < n or tuple(history[:n]) != kept.items:
+        if len(history) < n:
+            return None
+        head = tuple(history[:n])
+        if head != kept.items and head != kept.stored:
             return None
         self._kept.move_to_end(previous)
         self.hits += 1
         return kept
+
+    def recorded(self, response_id: str, owner: str | None, items: list[dict[str, Any]]) -> None:
+        """The turn `response_id` was stored with `items` as its input (its own items as
+        listed, ids given): a continuation may take them from here (`stored_input`)."""
+        kept = self._kept.get(response_id)
+        if kept is None or kept.stored is not None or len(items) != len(kept.items):
+            return
+        kept.stored, kept.owner = tuple(items), owner
+        grown = ITEM_OVERHEAD * len(items)
+        kept.size += grown
+        self.bytes += grown
+        self._trim()
+
+    def stored_input(
+        self, response_id: str, owner: str | None
+    ) -> tuple[dict[str, Any], ...] | None:
+        """The stored input of the kept turn `response_id`, if `owner` may see it (the
+        store's rule; the caller still asks the store whether the response is there)."""
+        kept = self._kept.get(response_id)
+        if kept is None or kept.stored is None or not visible(kept.owner, owner):
+            return None
+        return kept.stored
 
     def replayed(self, context: Context, raw: list[Any]) -> Kept | None:
         """The latest kept turn of `context` whose `input` starts `raw` (its last item
@@ -132,6 +162,9 @@ class HistoryCache:
             if recent is None:
                 recent = self._recent[kept.context] = deque(maxlen=CANDIDATES)
             recent.append(response_id)
+        self._trim()
+
+    def _trim(self) -> None:
         while self.bytes > self.max_bytes:
             self._drop(*self._kept.popitem(last=False))
 

@@ -134,6 +134,9 @@ class Turn:
     new_from: int = 0  # where the request's own items start in `items` (after any history)
     route: object | None = None  # the model and affinity it is routed by (upstream/registry.py)
     kind: BackendKind = CHAT  # the backend's kind: how a truncated retry is lowered again
+    # (previous response, n): `items[:n]` are its stored input as the store holds it (taken
+    # from the kept turn, not read back): the record extends that one (records.py)
+    stored_base: tuple[str, int] | None = None
 
     @property
     def response(self) -> dict[str, Any]:

@@ -5,15 +5,22 @@ from __future__ import annotations
 from typing import Any
 
 from streamer.pipeline import Turn
-from streamer.store import StoredResponse
+from streamer.store import StoredResponse, with_item_ids
 
 
 def stored(turn: Turn) -> StoredResponse:
-    """What the store keeps of a turn: the public response, the input as listed, and who
-    asked (the owner)."""
-    return StoredResponse(
-        turn.response, [public_input_item(item) for item in turn.items], turn.client or None
-    )
+    """What the store keeps of a turn: the public response, the input as listed (each item
+    with its id: a fresh one where it has none), and who asked (the owner). A turn that
+    continues a stored response it took from the kept turn (`Turn.stored_base`) reuses
+    that record's items as they are, and says so (`extends`)."""
+    base, items = turn.stored_base, turn.items
+    if base is None:
+        return StoredResponse(
+            turn.response, with_item_ids(list(map(public_input_item, items))), turn.client or None
+        )
+    n = base[1]
+    new = with_item_ids(list(map(public_input_item, items[n:])))
+    return StoredResponse(turn.response, [*items[:n], *new], turn.client or None, extends=base)
 
 
 def public_input_item(item: dict[str, Any]) -> dict[str, Any]:

@@ -356,3 +356,43 @@ async def test_the_backend_gets_the_same_bytes_with_the_cache_as_without(drive: 
         assert len(sent[size]) == 3
         assert hits == (2 if size else 0)  # the cache was used: both later turns resumed
     assert sent[0] == sent[BIG]
+
+
+async def _stored_chain(gw: GatewayHarness) -> list[bytes]:
+    """Three HTTP turns chained by previous_response_id, stored: the history from the kept
+    turn, the store asked only for the response; what the store lists stays the plain one."""
+    gw.backend.responder = lambda body: _answer()
+    previous, new, listed = None, conversation(40), []
+    async with ClientSession() as session:
+        for _ in range(3):
+            body: dict[str, Any] = {**REQUEST, "input": new}
+            if previous:
+                body["previous_response_id"] = previous
+            async with session.post(gw.url + "/responses", json=body) as resp:
+                assert resp.status == 200, await resp.text()
+                previous = (await resp.json())["id"]
+            url = f"{gw.url}/responses/{previous}/input_items?limit=100&order=asc"
+            async with session.get(url) as resp:
+                listed.append((await resp.json())["data"])
+            new = NEXT
+    first_ids = [item["id"] for item in listed[0]]
+    assert [item["id"] for item in listed[2]][: len(first_ids)] == first_ids  # ids kept
+    strip = [[{k: v for k, v in i.items() if k != "id"} for i in page] for page in listed]
+    return [r.raw for r in gw.backend.records if r.path.endswith("/chat/completions")] + [
+        orjson.dumps(strip)
+    ]
+
+
+async def test_a_stored_chain_sends_and_stores_what_the_plain_one_does() -> None:
+    sent = {}
+    for size in (0, BIG):
+        async with GatewayHarness(history_cache_bytes=size) as gw:
+            sent[size] = await _stored_chain(gw)
+            cache = gw.gateway.options.history
+            assert (cache.hits if cache is not None else 0) == (2 if size else 0)
+            entries = gw.gateway.store._entries  # type: ignore[attr-defined]
+            shared = [e.items[0] for e in entries.values()]
+        assert len(sent[size]) == 4
+        if size:  # the three records hold the first turn's items once
+            assert shared[0] is shared[1] is shared[2]
+    assert sent[0] == sent[BIG]

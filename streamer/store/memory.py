@@ -20,6 +20,7 @@ from streamer.store.base import (
     Order,
     StoredResponse,
     find_item,
+    input_ids,
     is_terminal,
     page_items,
     record_item_ids,
@@ -28,6 +29,7 @@ from streamer.store.base import (
 )
 
 MiB = 1024 * 1024
+MAX_PIECES = 32  # a record's pieces past this are joined into one (a long session)
 _ENTRY_OVERHEAD = 256  # dict slots, keys and bookkeeping, roughly
 _EVENT_OVERHEAD = 64
 
@@ -57,16 +59,27 @@ class _Log:
 class _Entry:
     expires: float
     response: bytes | None = None  # None: only an event log exists so far
-    items: bytes = b"[]"
+    # the input items' JSON, as pieces (the elements, comma-joined, no brackets): a record
+    # that extends another shares its pieces (`StoredResponse.extends`), so a conversation
+    # of T turns holds its history once, not T times; `count`: the items in them
+    items: tuple[bytes, ...] = ()
+    count: int = 0
     owner: str | None = None
     log: _Log | None = None
     size: int = 0
     item_ids: list[str] = field(default_factory=list)  # what the item index holds for it
+    input_ids: list[str] = field(default_factory=list)  # its input items' ids, in order
+    output_ids: list[str] = field(default_factory=list)  # its output items' ids
+    indexed: bool = True  # the index may point at it (False: a later record took its ids)
 
     def measure(self) -> int:
-        record = len(self.response or b"") + len(self.items)
-        record += len(self.owner or "") + sum(len(i) + _ENTRY_OVERHEAD for i in self.item_ids)
+        """What it holds, shared pieces counted in every record that holds them."""
+        record = len(self.response or b"") + sum(map(len, self.items)) + len(self.owner or "")
+        record += sum(map(len, self.item_ids)) + _ENTRY_OVERHEAD * len(self.item_ids)
         return _ENTRY_OVERHEAD + record + (self.log.size if self.log else 0)
+
+    def items_json(self) -> bytes:
+        return b"[" + b",".join(self.items) + b"]"
 
 
 @dataclass(slots=True)
@@ -74,6 +87,10 @@ class _Cancel:
     expires: float
     event: asyncio.Event = field(default_factory=asyncio.Event)
     waiters: int = 0
+
+
+def _capped(pieces: tuple[bytes, ...]) -> tuple[bytes, ...]:
+    return (b",".join(pieces),) if len(pieces) > MAX_PIECES else pieces
 
 
 class MemoryStore:
@@ -110,15 +127,40 @@ class MemoryStore:
     async def put(self, record: StoredResponse) -> None:
         response_id = record.id
         entry = self._live(response_id) or self._insert(response_id)
-        items = with_item_ids(record.input_items)
         entry.response = orjson.dumps(record.response)
-        entry.items = orjson.dumps(items)
         entry.owner = record.owner
         self._unindex(response_id, entry)
-        entry.item_ids = record_item_ids(record.response, items)
-        for item_id in entry.item_ids:
-            self._items[item_id] = response_id
+        base = self._base(record, response_id)
+        entry.output_ids = record_item_ids(record.response, ())
+        if base is None:
+            items = with_item_ids(record.input_items)
+            entry.items = (orjson.dumps(items)[1:-1],) if items else ()
+            entry.input_ids = input_ids(items)
+        else:  # its first items are `base`'s: only the rest is encoded
+            items = with_item_ids(record.input_items[base.count :])
+            blob = (orjson.dumps(items)[1:-1],) if items else ()
+            entry.items = _capped((*base.items, *blob))
+            new_ids = input_ids(items)
+            entry.input_ids = [*base.input_ids, *new_ids]
+            # every id `base` answers for is this record's now (its output is in this input)
+            base.indexed = not set(base.output_ids) <= {*new_ids, *entry.output_ids}
+        entry.count = len(record.input_items)
+        entry.item_ids = list(dict.fromkeys([*entry.input_ids, *entry.output_ids]))
+        entry.indexed = True
+        self._items.update(dict.fromkeys(entry.item_ids, response_id))
         self._written(response_id, entry)
+
+    def _base(self, record: StoredResponse, response_id: str) -> _Entry | None:
+        """The live record `record` extends, if it holds what the hint says it does."""
+        if record.extends is None:
+            return None
+        base_id, count = record.extends
+        base = self._live(base_id) if base_id != response_id else None
+        if base is None or base.response is None or base.count != count:
+            return None
+        if count > len(record.input_items):
+            return None
+        return base
 
     async def get_item(self, item_id: str, *, owner: str | None = None) -> dict[str, Any] | None:
         response_id = self._items.get(item_id)
@@ -126,9 +168,11 @@ class MemoryStore:
         return find_item(record, item_id) if record is not None else None
 
     def _unindex(self, response_id: str, entry: _Entry) -> None:
-        for item_id in entry.item_ids:
-            if self._items.get(item_id) == response_id:
-                del self._items[item_id]
+        if entry.indexed:  # else no id points here: a record that extends it took them all
+            items = self._items
+            for item_id in entry.item_ids:
+                if items.get(item_id) == response_id:
+                    del items[item_id]
         entry.item_ids = []
 
     async def get(self, response_id: str, *, owner: str | None = None) -> StoredResponse | None:
@@ -137,7 +181,7 @@ class MemoryStore:
             return None
         return StoredResponse(
             orjson.loads(entry.response),
-            orjson.loads(entry.items),
+            orjson.loads(entry.items_json()),
             entry.owner,
         )
 
@@ -173,7 +217,7 @@ class MemoryStore:
         entry = self._record(response_id, owner)
         if entry is None or entry.response is None:
             return None
-        return page_items(orjson.loads(entry.items), limit=limit, order=order, after=after)
+        return page_items(orjson.loads(entry.items_json()), limit=limit, order=order, after=after)
 
     # -- background event logs -------------------------------------------------------------
 
