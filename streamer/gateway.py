@@ -19,6 +19,7 @@ from streamer.config import Settings
 from streamer.core import item_references
 from streamer.core.errors import RequestError, invalid, shutting_down
 from streamer.core.events import Event
+from streamer.core.replayed_json import ReplayedBodies
 from streamer.identity import request_client
 from streamer.metrics import Metrics
 from streamer.observe import Observation, open_recording
@@ -137,6 +138,10 @@ class Gateway:
         self.store = store
         self.background = background
         self.options = options or turn_options(settings)
+        # long request bodies, for the next one that replays one (core/replayed_json.py):
+        # a quarter of --history-cache-bytes
+        cache = settings.history_cache_bytes
+        self.bodies = ReplayedBodies(cache // 4) if cache > 0 else None
         self.in_flight = InFlight()
         self.conversations = conversations.Conversations(store, settings.max_input_items)
         self.stats: dict[str, int] = {"http_turns": 0, "ws_connections": 0, "ws_turns": 0}
@@ -191,14 +196,14 @@ class Gateway:
 
     async def continued_history(
         self, previous: str, client: str | None
-    ) -> tuple[list[dict[str, Any]], tuple[str, int] | None]:
+    ) -> tuple[Sequence[dict[str, Any]], tuple[str, int] | None]:
         """`history`; for a response this process stored with a kept turn, its input comes
         from there (`HistoryCache.stored_input`) and the store is asked only for the
         response (is it still there, for this client; its output): with the record's base,
         `(previous, how many items are its input)` (`Turn.stored_base`), else None."""
         cache = self.options.history
         stored = cache.stored_input(previous, client) if cache is not None else None
-        if stored is None:
+        if cache is None or stored is None:
             return await self.history(previous, client), None
         try:
             response = await self.store.get_response(previous, owner=client)
@@ -206,8 +211,17 @@ class Gateway:
             raise store_unavailable(exc) from None
         if response is None:
             raise previous_not_found(previous)
-        output = response.get("output") or []
-        return [*stored, *map(dict, output)], (previous, len(stored))
+        output = [*map(dict, response.get("output") or [])]
+        return cache.continuation(previous, stored, output), (previous, len(stored))
+
+    def continuation(self, turn: Turn) -> tuple[dict[str, Any], ...]:
+        """`(*turn.items, *output)`: what a continuation of the turn starts from (a
+        WebSocket's remembered response), marked on the kept turn as made from it."""
+        output = turn.response.get("output") or []
+        cache = self.options.history
+        if cache is None:
+            return (*turn.items, *output)
+        return cache.continuation(turn.response["id"], turn.items, output)
 
     async def history(self, previous: str, client: str | None) -> list[dict[str, Any]]:
         """The continued response's input then output; another client's is not found, and

@@ -75,15 +75,18 @@ class Kept:
     so that a continuation by `previous_response_id` need not read it back."""
 
     context: Context  # holds the model's lowering and naming options: their ids stay theirs
-    items: tuple[dict[str, Any], ...]  # the turn's effective input
+    items: list[dict[str, Any]]  # the turn's effective input (its own list: never changed)
     raw: list[Any] | None  # its `input` as sent, when it had no history (`replayed`'s key)
-    view: tuple[dict[str, Any], ...]  # `items` opened (compaction.restore)
+    view: list[dict[str, Any]]  # `items` opened (compaction.restore; `items` if none sealed)
     names: ResponsesToolNames  # the tool map after lowering them (a copy)
     state: Any  # where the lowering resumes (core/chat_messages.py MessagesState)
     size: int  # what it holds, roughly, in bytes
     refs: tuple[Any, ...] = ()  # the options whose ids are in `context`
-    stored: tuple[dict[str, Any], ...] | None = None  # `items` as stored (`recorded`)
+    stored: list[dict[str, Any]] | None = None  # `items` as stored (`recorded`)
     owner: str | None = None  # whose stored response it is
+    # the history last made from it (`continuation`): a turn given that very sequence
+    # starts with its items by construction, and is not compared item by item
+    history: Sequence[dict[str, Any]] | None = None
 
 
 class HistoryCache:
@@ -106,11 +109,7 @@ class HistoryCache:
         kept = self._kept.get(previous)
         if kept is None or kept.context != context:
             return None
-        n = len(kept.items)
-        if len(history) < n:
-            return None
-        head = tuple(history[:n])
-        if head != kept.items and head != kept.stored:
+        if history is not kept.history and not _starts(history, kept):
             return None
         self._kept.move_to_end(previous)
         self.hits += 1
@@ -122,21 +121,30 @@ class HistoryCache:
         kept = self._kept.get(response_id)
         if kept is None or kept.stored is not None or len(items) != len(kept.items):
             return
-        kept.stored, kept.owner = tuple(items), owner
+        kept.stored, kept.owner = items, owner
         grown = ITEM_OVERHEAD * len(items)
         kept.size += grown
         self.bytes += grown
         self._trim()
 
-    def stored_input(
-        self, response_id: str, owner: str | None
-    ) -> tuple[dict[str, Any], ...] | None:
+    def stored_input(self, response_id: str, owner: str | None) -> list[dict[str, Any]] | None:
         """The stored input of the kept turn `response_id`, if `owner` may see it (the
         store's rule; the caller still asks the store whether the response is there)."""
         kept = self._kept.get(response_id)
         if kept is None or kept.stored is None or not visible(kept.owner, owner):
             return None
         return kept.stored
+
+    def continuation(
+        self, response_id: str, items: Sequence[dict[str, Any]], output: Sequence[dict[str, Any]]
+    ) -> tuple[dict[str, Any], ...]:
+        """`(*items, *output)`: the history that continues `response_id`, marked as made
+        from its kept turn (`items`: that turn's own items, or its stored ones)."""
+        history = (*items, *output)
+        kept = self._kept.get(response_id)
+        if kept is not None and (items is kept.items or items is kept.stored):
+            kept.history = history
+        return history
 
     def replayed(self, context: Context, raw: list[Any]) -> Kept | None:
         """The latest kept turn of `context` whose `input` starts `raw` (its last item
@@ -192,6 +200,15 @@ class Inputs:
     raw: list[Any] | None = None  # `input` as sent, when the turn has no history
 
 
+def _starts(history: Sequence[Any], kept: Kept) -> bool:
+    """Whether `history` starts with `kept`'s items, or its stored ones (as values)."""
+    n = len(kept.items)
+    if len(history) < n:
+        return False
+    head = list(history[:n])
+    return head == kept.items or (kept.stored is not None and head == kept.stored)
+
+
 def context(request: Mapping[str, Any], options: TurnOptions, client: str) -> Context | None:
     """What a kept turn must share with this one to be resumed by it; None: this turn's
     lowering is not kept (no cache, a kind that does not resume, tools it cannot key)."""
@@ -229,11 +246,11 @@ def inputs(
 
 
 def _length(raw: Any) -> int:
-    return len(raw) if raw.__class__ is list else 1
+    return len(raw) if isinstance(raw, list) else 1
 
 
 def _replayable(raw: Any, history: Sequence[Any]) -> list[Any] | None:
-    return raw if not history and raw.__class__ is list else None
+    return raw if not history and isinstance(raw, list) else None
 
 
 def _find(
@@ -248,7 +265,7 @@ def _find(
     if history:
         previous = request.get("previous_response_id")
         return cache.continued(previous, ctx, history) if isinstance(previous, str) else None
-    return cache.replayed(ctx, raw) if raw.__class__ is list else None
+    return cache.replayed(ctx, raw) if isinstance(raw, list) else None
 
 
 def _resume(
@@ -274,7 +291,8 @@ def _resume(
         return None
     _count(items, options)
     opened = restore(rest, options.sealer, offset=len(history), owner=client, start=n)
-    view = [*kept.view, *opened]
+    # nothing sealed: the view is the input itself, as `restore` makes it
+    view = items if kept.view is kept.items and opened is rest else [*kept.view, *opened]
     names = kept.names.copy()
     return Inputs(new_items, items, view, names, kept, raw=_replayable(raw, history))
 
@@ -312,7 +330,7 @@ def keep(
         return
     size = state.encoded.size * (2 if got.raw is not None else 1) + ITEM_OVERHEAD * len(got.items)
     kept = Kept(
-        got.context, tuple(got.items), got.raw, tuple(got.view), names.copy(), state, size,
+        got.context, got.items, got.raw, got.view, names.copy(), state, size,
         (options.lowering, options.naming),
     )  # fmt: skip
     options.history.put(response_id, kept)

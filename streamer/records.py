@@ -19,8 +19,9 @@ def stored(turn: Turn) -> StoredResponse:
             turn.response, with_item_ids(list(map(public_input_item, items))), turn.client or None
         )
     n = base[1]
-    new = with_item_ids(list(map(public_input_item, items[n:])))
-    return StoredResponse(turn.response, [*items[:n], *new], turn.client or None, extends=base)
+    kept = items[:n]
+    kept += with_item_ids(list(map(public_input_item, items[n:])))
+    return StoredResponse(turn.response, kept, turn.client or None, extends=base)
 
 
 def public_input_item(item: dict[str, Any]) -> dict[str, Any]:

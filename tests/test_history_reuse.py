@@ -163,6 +163,25 @@ def test_a_continuation_resumes_the_turn_it_continues() -> None:
     same(turn, prepare(body, options(False), history=history))
 
 
+def test_two_continuations_of_one_turn_each_get_their_own_lowering() -> None:
+    """A fork: the first goes on in the kept turn's message list, the second from a copy;
+    and a third continues the first."""
+    opts, plain = options(True), options(False)
+    first = prepare({**REQUEST, "input": conversation(40)}, opts, client="c1")
+    turns = []
+    for extra in ("one", "two"):
+        history = (*first.items, CALL)
+        new = [{"type": "function_call_output", "call_id": "c9", "output": extra}]
+        body = {**REQUEST, "input": new, "previous_response_id": first.response["id"]}
+        turn = prepare(body, opts, history=history, client="c1")
+        same(turn, prepare(body, plain, history=history))
+        turns.append(turn)
+    history = (*turns[0].items, CALL)
+    body = {**REQUEST, "input": NEXT, "previous_response_id": turns[0].response["id"]}
+    same(prepare(body, opts, history=history, client="c1"), prepare(body, plain, history=history))
+    assert opts.history is not None and opts.history.hits == 3
+
+
 def test_a_replay_resumes_the_last_turn_of_its_conversation() -> None:
     opts = options(True)
     first = {**REQUEST, "input": conversation(40)}

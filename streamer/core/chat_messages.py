@@ -57,8 +57,11 @@ class MessagesState:
     the turns that resume from it, never changed."""
 
     count: int
-    out: tuple[dict[str, Any], ...]
-    encoded: Encoded  # the bytes of `out`
+    # the messages so far: `out[:closed]` (a list the builder that made it, or the first to
+    # resume it, goes on appending to: the turns of a conversation share one list)
+    out: list[dict[str, Any]]
+    closed: int
+    encoded: Encoded  # the bytes of `out[:closed]`
     leading: tuple[str, ...]
     texts: tuple[str, ...] | None
     calls: tuple[dict[str, Any], ...]
@@ -90,7 +93,10 @@ class MessageBuilder:
     ) -> MessageBuilder:
         """A builder where `state` left one (its names: the map as it was then)."""
         self = cls(names, options)
-        self.out, self.leading = list(state.out), list(state.leading)
+        out, closed = state.out, state.closed
+        # the first to resume it goes on in its list; any other resumes from a copy
+        self.out = out if len(out) == closed else out[:closed]
+        self.leading = list(state.leading)
         self.texts = None if state.texts is None else list(state.texts)
         self.calls, self.reasoning = list(state.calls), list(state.reasoning)
         self.search_ids, self.media = deque(state.search_ids), list(state.media)
@@ -101,7 +107,7 @@ class MessageBuilder:
         extended to all of them)."""
         texts = None if self.texts is None else tuple(self.texts)
         return MessagesState(
-            count, tuple(self.out), encoded.extend(self.out), tuple(self.leading), texts,
+            count, self.out, len(self.out), encoded.extend(self.out), tuple(self.leading), texts,
             tuple(self.calls), tuple(self.reasoning), tuple(self.search_ids), tuple(self.media),
         )  # fmt: skip
 
@@ -301,7 +307,7 @@ def messages(
     if state is None and resume is None:
         return lead + builder.out
     encoded = state.encoded if state is not None else encoded
-    return LoweredMessages(lead + builder.out, len(lead), encoded, state)
+    return LoweredMessages(lead, len(lead), encoded, state, builder.out)
 
 
 PLAIN_RUNS = True

@@ -53,9 +53,15 @@ class LoweredMessages(list[dict[str, Any]]):
     __slots__ = ("encoded", "lead", "state")
 
     def __init__(
-        self, messages: list[dict[str, Any]], lead: int, encoded: Encoded, state: Any = None
+        self,
+        messages: list[dict[str, Any]],
+        lead: int,
+        encoded: Encoded,
+        state: Any = None,
+        rest: Sequence[dict[str, Any]] = (),
     ) -> None:
         super().__init__(messages)
+        self.extend(rest)  # `messages + rest`, copied once
         self.lead = lead  # messages before the encoded ones (the leading system message)
         self.encoded = encoded
         self.state = state

@@ -31,6 +31,7 @@ from streamer.config import Settings
 from streamer.core import json_bounds, sse
 from streamer.core.errors import RequestError, invalid, shutting_down
 from streamer.core.events import Event
+from streamer.core.replayed_json import MIN_BYTES, ReplayedBodies
 from streamer.core.response import new_id
 from streamer.frontends.api_keys import ApiKeys
 from streamer.frontends.background import SSE_HEADERS
@@ -44,6 +45,7 @@ from streamer.frontends.request_head import (
     response_head,
 )
 from streamer.gateway import Gateway, store_unavailable
+from streamer.identity import client_identity
 from streamer.logs import choose_request_id
 from streamer.pipeline import JSONSink
 from streamer.store import StoreUnavailable
@@ -61,10 +63,20 @@ class Owner(Protocol):
     def hand_over(self, buffered: bytes) -> None: ...
 
 
-def parse_json(raw: bytes | bytearray, max_values: int = json_bounds.MAX_VALUES) -> Any:
+def parse_json(
+    raw: bytes | bytearray,
+    max_values: int = json_bounds.MAX_VALUES,
+    bodies: ReplayedBodies | None = None,
+    authorization: str | None = None,
+) -> Any:
     """A request body as JSON, or the 400 that says why not (both servers' rule): not
-    JSON, or JSON beyond the bounds (`json_bounds`: too deep, too many values)."""
+    JSON, or JSON beyond the bounds (`json_bounds`: too deep, too many values). `bodies`:
+    a long body that replays a recent one of the same Authorization is parsed past its
+    bytes only (core/replayed_json.py)."""
     try:
+        if bodies is not None and len(raw) >= MIN_BYTES:
+            client = client_identity(authorization) if authorization else ""
+            return bodies.loads(raw, client, max_values)
         return json_bounds.loads(raw, max_values)
     except orjson.JSONDecodeError as exc:
         raise invalid(
@@ -351,7 +363,12 @@ class FastProtocol(asyncio.Protocol):
             self.timer.cancel()
             self.timer = None
         try:
-            body = parse_json(self.buf[head.size : end], route.max_json_values)
+            body = parse_json(
+                self.buf[head.size : end],
+                route.max_json_values,
+                route.gateway.bodies,
+                head.headers.get("authorization"),
+            )
         except RequestError as exc:
             body = exc
         if background(body):

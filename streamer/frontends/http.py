@@ -104,7 +104,9 @@ async def read_json(request: web.Request) -> Any:
         raise invalid(
             f"We could not read the body of your request: {reason}.", code="invalid_body"
         ) from None
-    return parse_json(raw, settings.max_json_values)
+    gateway = request.app[GATEWAY]
+    authorization = request.headers.get("Authorization")
+    return parse_json(raw, settings.max_json_values, gateway.bodies, authorization)
 
 
 async def create_response(request: web.Request) -> web.StreamResponse:

@@ -136,16 +136,19 @@ class MemoryStore:
             items = with_item_ids(record.input_items)
             entry.items = (orjson.dumps(items)[1:-1],) if items else ()
             entry.input_ids = input_ids(items)
-        else:  # its first items are `base`'s: only the rest is encoded
+            entry.item_ids = list(dict.fromkeys([*entry.input_ids, *entry.output_ids]))
+        else:  # its first items are `base`'s: only the rest is encoded, its ids appended
             items = with_item_ids(record.input_items[base.count :])
             blob = (orjson.dumps(items)[1:-1],) if items else ()
             entry.items = _capped((*base.items, *blob))
             new_ids = input_ids(items)
             entry.input_ids = [*base.input_ids, *new_ids]
+            more = dict.fromkeys([*new_ids, *entry.output_ids])
+            # (an id of `base`'s input in `more` too, resolved again: listed twice, harmless)
+            entry.item_ids = [*base.input_ids, *more]
             # every id `base` answers for is this record's now (its output is in this input)
-            base.indexed = not set(base.output_ids) <= {*new_ids, *entry.output_ids}
+            base.indexed = not set(base.output_ids) <= more.keys()
         entry.count = len(record.input_items)
-        entry.item_ids = list(dict.fromkeys([*entry.input_ids, *entry.output_ids]))
         entry.indexed = True
         self._items.update(dict.fromkeys(entry.item_ids, response_id))
         self._written(response_id, entry)
