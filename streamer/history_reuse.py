@@ -153,8 +153,7 @@ class HistoryCache:
             kept = self._kept.get(response_id)
             if kept is None or kept.raw is None or kept.context != context:
                 continue
-            n = len(kept.raw)
-            if 0 < n <= len(raw) and raw[n - 1] == kept.raw[-1] and raw[:n] == kept.raw:
+            if _starts_input(raw, kept.raw):
                 self._kept.move_to_end(response_id)
                 self.hits += 1
                 return kept
@@ -198,6 +197,18 @@ class Inputs:
     resumed: Kept | None = None
     context: Context | None = None  # None: neither resumed nor kept
     raw: list[Any] | None = None  # `input` as sent, when the turn has no history
+
+
+def _starts_input(raw: list[Any], known: list[Any]) -> bool:
+    """Whether `raw` starts with the items of `known` (a kept turn's `input`): a replayed
+    body's `input` made on that very list does (core/replayed_json.py `KnownInput`); any
+    other is compared, its last item first."""
+    n = len(known)
+    if n == 0:
+        return False
+    if getattr(raw, "source", None) is known:
+        return True
+    return n <= len(raw) and raw[n - 1] == known[-1] and raw[:n] == known
 
 
 def _starts(history: Sequence[Any], kept: Kept) -> bool:

@@ -136,12 +136,12 @@ def test_every_turn_of_a_conversation_is_the_plain_turn(
         request.pop("previous_response_id", None)
 
 
-def conversation(k: int) -> list[dict[str, Any]]:
+def conversation(k: int, size: int = 50) -> list[dict[str, Any]]:
     out: list[dict[str, Any]] = [{"type": "message", "role": "user", "content": "go"}]
     for i in range(k // 2):
         out.append({"type": "function_call", "call_id": f"c{i}", "name": "run",
                     "namespace": "mcp__a", "arguments": '{"q":1}'})  # fmt: skip
-        out.append({"type": "function_call_output", "call_id": f"c{i}", "output": "x" * 50})
+        out.append({"type": "function_call_output", "call_id": f"c{i}", "output": "x" * size})
     return out
 
 
@@ -352,9 +352,9 @@ async def _ws_session(gw: GatewayHarness) -> list[bytes]:
 
 
 async def _replays(gw: GatewayHarness) -> list[bytes]:
-    """Three HTTP turns, each with the whole history."""
+    """Three HTTP turns, each with the whole history (long enough a body to be kept)."""
     gw.backend.responder = lambda body: _answer()
-    history = conversation(40)
+    history = conversation(40, 4000)
     async with ClientSession() as session:
         for _ in range(3):
             body = {**REQUEST, "input": history, "store": False}
@@ -370,10 +370,13 @@ async def test_the_backend_gets_the_same_bytes_with_the_cache_as_without(drive: 
     for size in (0, BIG):
         async with GatewayHarness(history_cache_bytes=size) as gw:
             sent[size] = await drive(gw)
-            cache = gw.gateway.options.history
+            cache, bodies = gw.gateway.options.history, gw.gateway.bodies
             hits = cache.hits if cache is not None else 0
+            parsed = bodies.hits if bodies is not None else 0
         assert len(sent[size]) == 3
         assert hits == (2 if size else 0)  # the cache was used: both later turns resumed
+        if drive is _replays:  # and the bodies were parsed past what the last one held
+            assert parsed == (2 if size else 0)
     assert sent[0] == sent[BIG]
 
 

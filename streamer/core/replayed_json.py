@@ -44,23 +44,26 @@ _COMMA, _CLOSE = 0x2C, 0x5D
 
 
 class KnownInput(list[Any]):
-    """A parsed `input` whose first `known` items came from a kept body (the same objects);
-    `references`: whether any of those is an item_reference (core/item_references.py)."""
+    """A parsed `input` whose first `known` items are the items of a kept body's `input`
+    (`source`, that very list: the same objects); `references`: whether any of those is an
+    item_reference (core/item_references.py)."""
 
-    __slots__ = ("known", "references")
+    __slots__ = ("known", "references", "source")
 
-    def __init__(self, items: list[Any], known: int, references: bool) -> None:
+    def __init__(self, items: list[Any], references: bool) -> None:
         super().__init__(items)
-        self.known = known
+        self.known = len(items)
         self.references = references
+        self.source = items
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Known:
-    prefix: bytes  # the body up to the `]` that closes its `input`
+    prefix: memoryview  # the body (kept whole, not copied) up to the `]` closing `input`
     start: int  # where that array's first item starts (just past its `[`)
     items: list[Any]  # its items, parsed
     references: bool  # one of them is an item_reference
+    values: int | None = None  # `json_bounds.value_bound(prefix)`, once it was needed
 
 
 class ReplayedBodies:
@@ -103,7 +106,10 @@ class ReplayedBodies:
             references = known.references or _any_reference(items[items.known :])
         else:
             references = _any_reference(items)
-        kept = Known(bytes(raw[:end]), start, items, references)
+        values = None
+        if known is not None and known.values is not None:  # the bound of its bytes, on
+            values = known.values + json_bounds.value_bound(raw[len(known.prefix) : end])
+        kept = Known(memoryview(raw)[:end], start, items, references, values)
         size = 2 * len(kept.prefix)
         if size > self.max_bytes:
             return
@@ -128,7 +134,11 @@ def _continued(raw: bytes | bytearray, known: Known, max_values: int) -> dict[st
     if known.items and raw[end] not in (_COMMA, _CLOSE):  # (none kept: the first is next)
         return None
     if 2 * len(raw) + 3 > 3 * max_values:  # every value of the body counts (loads' rule)
-        json_bounds.check_values(raw, max_values)
+        if known.values is None:  # (its body less what follows the prefix: no copy of it)
+            whole: bytes | bytearray = known.prefix.obj  # type: ignore[assignment]
+            known.values = json_bounds.value_bound(whole) - json_bounds.value_bound(whole[end:])
+        bound = known.values + json_bounds.value_bound(raw[end:])
+        json_bounds.check_values(raw, max_values, bound)
     if raw[end] == _COMMA and known.items:
         after = _forward(raw, end + 1)
         if after >= len(raw) or raw[after] == _CLOSE:  # `,]`: no item after the comma
@@ -142,7 +152,7 @@ def _continued(raw: bytes | bytearray, known: Known, max_values: int) -> dict[st
         return None  # the plain parse says why
     if value.__class__ is not dict or value.get("input").__class__ is not list:
         return None
-    items = KnownInput(known.items, len(known.items), known.references)
+    items = KnownInput(known.items, known.references)
     items.extend(value["input"])
     value["input"] = items
     return value
