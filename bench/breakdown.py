@@ -46,7 +46,7 @@ LAYERS: tuple[tuple[str, str], ...] = (
     ),
     (
         "prepare (validate, names, lowering)",
-        r"pipeline\.py:(prepare|validate|_all_typed)"
+        r"turn\.py:(prepare|validate|_all_typed)"
         r"|core/(tools|tool_decls|tool_templates|lowering"
         r"|response|echo|request_fields|input_items"
         r"|media_parts|tool_choice|responses_lowering)\.py"
@@ -55,7 +55,7 @@ LAYERS: tuple[tuple[str, str], ...] = (
     ("backend client (HTTP/1.1, routing)", r"upstream/|redact\.py"),
     (
         "turn loop, metrics, tap",
-        r"pipeline\.py|gateway\.py|observe\.py|metrics\.py"
+        r"turn_runner\.py|in_flight\.py|gateway\.py|observe\.py|metrics\.py"
         r"|prometheus_client|recorder\.py",
     ),
     ("HTTP server and middlewares", r"aiohttp/|frontends/|app\.py:(?!serve)|multidict"),

@@ -67,9 +67,10 @@ SSE_HEADERS = {"Content-Type": "application/json", "Accept": "text/event-stream"
 TERMINAL = ("response.completed", "response.incomplete", "response.failed", '"type":"error"')
 
 
-def request_body(model: str, ws: bool) -> dict[str, Any]:
+def request_body(model: str, ws: bool, store: bool = False) -> dict[str, Any]:
+    """`store: false` unless `store` (the API's default: measures keeping every response)."""
     body: dict[str, Any] = {"model": model, "input": "Run the benchmark.", "tools": TOOLS}
-    body["store"] = False
+    body["store"] = store
     if ws:
         return {"type": "response.create", **body}
     return {**body, "stream": True}
@@ -180,7 +181,7 @@ def jobs(
 ) -> list[Coroutine[Any, Any, None]]:
     """The C workers: SSE on our lean client, WebSocket on aiohttp's (session for that)."""
     url = args.url.rstrip("/") + args.path
-    body = request_body(args.model, args.ws)
+    body = request_body(args.model, args.ws, args.store)
     if args.ws:
         frame = orjson.dumps(body).decode()
         return [ws_worker(session, ws_url(url), frame, m, count) for _ in range(args.concurrency)]
@@ -279,6 +280,8 @@ def run_procs(args: argparse.Namespace) -> dict[str, Any]:
     ]
     if args.ws:
         base.append("--ws")
+    if args.store:
+        base.append("--store")
     if args.api_key:
         base += ["--api-key", args.api_key]
     children = [
@@ -317,6 +320,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "relay of a Responses backend (Responses events, no namespace check)",
     )
     p.add_argument("--model", default="bench")
+    p.add_argument("--store", action="store_true", help="store: true (measure the response store)")
     p.add_argument(
         "--api-key",
         default=os.environ.get("BENCH_API_KEY", ""),

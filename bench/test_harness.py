@@ -227,6 +227,7 @@ async def test_load_client_counts_and_checks_the_namespace(ws: bool, namespace: 
             model="bench",
             ws=ws,
             api_key="",
+            store=False,
             concurrency=3,
         )
         m = Meter("responses", 0.0, float("inf"))

@@ -18,13 +18,13 @@ from aiohttp import web
 
 from streamer import fd_budget, logs
 from streamer.config import Settings
-from streamer.core.errors import RequestError
+from streamer.core.errors import RequestError, store_unavailable
 from streamer.core.response import new_id
 from streamer.frontends.api_keys import ApiKeys
 from streamer.frontends.fast_http import FAST_ROUTE, FastRoute
 from streamer.frontends.frontdoor import FRONT_DOOR, FrontDoor, GuardedSite, door_middleware
 from streamer.frontends.http import GATEWAY, MODEL_CATALOG
-from streamer.gateway import Gateway, store_unavailable
+from streamer.gateway import Gateway
 from streamer.identity import CLIENT
 from streamer.logs import choose_request_id
 from streamer.model_metadata import load_model_catalog
@@ -185,12 +185,14 @@ async def _start(app: web.Application) -> None:
     from streamer.frontends.background_caps import TurnCaps
     from streamer.model_routes import build_router, load_config
     from streamer.options import turn_options
-    from streamer.store import open_store
     from streamer.store.observed import observe_store
+    from streamer.store_setup import open_gateway_store
     from streamer.upstream.http1.connection_limit import OpenConnections
     from streamer.upstream.registry import UpstreamRegistry
 
-    settings, budget = app[SETTINGS], app[FD_BUDGET]
+    # the store first: it may keep the state key the turn options seal with
+    store, settings, answered = await open_gateway_store(app[SETTINGS])
+    budget = app[FD_BUDGET]
     base_url = settings.upstream
     if not base_url and not settings.config:
         from streamer.scripted_model import start_scripted_model
@@ -202,9 +204,6 @@ async def _start(app: web.Application) -> None:
     secrets = (settings.upstream_api_key, *settings.client_keys())
     config = load_config(settings, base_url)
     router = build_router(settings, config, options, secrets, OpenConnections(budget.backend))
-    store = open_store(
-        settings.store, ttl_seconds=settings.store_ttl, timeout=settings.store_timeout
-    )
     background = Background(
         store,
         store_wait=settings.background_store_wait,
@@ -213,8 +212,10 @@ async def _start(app: web.Application) -> None:
     )
     upstreams = UpstreamRegistry(router)
     gateway = Gateway(settings, upstreams, store, background, options=options)
+    if not answered:
+        gateway.store_health.wrote(False)
     app[MODEL_CATALOG] = load_model_catalog(settings.model_metadata)
-    observe_store(store, gateway.metrics.store_operations)
+    observe_store(store, gateway.metrics.store_operations, gateway.metrics.store_incomplete)
     app[GATEWAY] = gateway
     router.start()
     if settings.config:
@@ -262,37 +263,25 @@ def _on_sighup(app: web.Application, router: Router) -> None:
         app[SIGHUP] = True
 
 
-class _Shutdown:
-    """The drain started when shutdown begins, awaited once the sockets are closed."""
-
-    __slots__ = ("task",)
-
-    def __init__(self) -> None:
-        self.task: asyncio.Task[None] | None = None
-
-
-SHUTDOWN = web.AppKey("shutdown", _Shutdown)
 # After the drain, aiohttp waits this long for any handler left, then cancels it: a
-# follower of a background turn is cut there (it can resume on another instance), and
-# the turn itself is ended as failed in the store on cleanup (`_stop`).
+# follower of a background turn is cut there (it can resume on another instance).
 SHUTDOWN_BACKSTOP = 1.0
 
 
-async def _begin_shutdown(app: web.Application) -> None:
-    """SIGTERM: the listener is closed already. In-flight HTTP turns get `--shutdown-grace`
-    seconds to finish, alongside the WebSocket sessions' own drain; background turns run
-    on meanwhile."""
+async def _shutdown(app: web.Application) -> None:
+    """SIGTERM (the listener is closed already): the one drain. From here no new turn is
+    taken; the turns in flight on every transport (HTTP handlers, the fast path, WebSocket
+    lanes, background turns: all in `Gateway.in_flight`) get `--shutdown-grace` seconds
+    to finish, then `Gateway.run` ends each one left alike. The WebSocket sockets close
+    after it (1001, their own on_shutdown hook)."""
+    gateway = app.get(GATEWAY)
+    if gateway is None:  # the startup failed
+        return
     deadline = asyncio.get_running_loop().time() + app[SETTINGS].shutdown_grace
     fast = app.get(FAST_ROUTE)
     if fast is not None:  # as aiohttp's pre_shutdown does with its own connections
         fast.shutdown()
-    app[SHUTDOWN].task = asyncio.create_task(app[GATEWAY].in_flight.drain(deadline))
-
-
-async def _finish_shutdown(app: web.Application) -> None:
-    task = app[SHUTDOWN].task
-    if task is not None:
-        await task
+    await gateway.in_flight.drain(deadline)
 
 
 async def _stop(app: web.Application) -> None:
@@ -325,6 +314,11 @@ def check_settings(settings: Settings) -> None:
     from streamer.supervisor import check_workers
 
     check_workers(settings)
+    from streamer.options import store_options
+    from streamer.store import check_spec
+
+    check_spec(settings.store, settings.store_key_prefix)  # the URL, before any connection
+    store_options(settings)  # the TLS files
     from streamer.upstream.kinds import KINDS
 
     kind = KINDS.get(settings.upstream_api)
@@ -360,9 +354,8 @@ def create_app(settings: Settings) -> web.Application:
     app[FD_BUDGET] = budget
     app[FRONT_DOOR] = front
     app.on_response_prepare.append(_add_request_id)
-    app[SHUTDOWN] = _Shutdown()
     app.on_startup.append(_start)
-    app.on_shutdown.append(_begin_shutdown)  # first: the deadline runs from here
+    app.on_shutdown.append(_shutdown)  # first: the drain, before the sockets close
     app.on_cleanup.append(_stop)
     app.on_cleanup.append(_close_door)
     websocket.add_routes(app)  # GET /v1/responses (upgrade) before the HTTP routes
@@ -370,7 +363,6 @@ def create_app(settings: Settings) -> web.Application:
     retrieval.add_routes(app)
     conversations.add_routes(app)
     input_tokens.add_routes(app)  # POST /v1/responses/input_tokens
-    app.on_shutdown.append(_finish_shutdown)  # last: after the WebSocket sessions closed
     return app
 
 

@@ -276,8 +276,30 @@ class Settings:
         "Seconds to wait for the backend's first byte of an answer (it may read a long "
         "prompt first); 0: the idle timeout.",
     )
-    store: str = setting("memory", "Response store: memory, or redis://host:port/db.")
+    store: str = setting(
+        "memory",
+        "Response store: memory, sqlite:PATH (one process, kept across restarts), or a "
+        "Redis shared by every instance: redis://host:port/db, rediss://… (TLS), "
+        "redis+cluster://host:port[,host:port…], redis+sentinel://host:port[,…]/service[/db].",
+    )
     store_ttl: int = setting(3600, "Seconds a stored response is kept.")
+    store_max_bytes: int = setting(
+        256 * 1024 * 1024,
+        "Most bytes the memory or SQLite store holds (beyond: the oldest written are "
+        "dropped); Redis is bounded by its own maxmemory.",
+    )
+    store_key_prefix: str = setting(
+        "streamer:",
+        "Prefix of every Redis key the store writes (gateways with different prefixes "
+        "share one Redis apart; no { or }).",
+    )
+    store_tls_ca_file: str | None = setting(
+        None, "PEM file of the CAs a rediss:// store's certificate is checked against."
+    )
+    store_tls_cert_file: str | None = setting(
+        None, "PEM client certificate for a rediss:// store that asks for one."
+    )
+    store_tls_key_file: str | None = setting(None, "PEM key of --store-tls-cert-file.")
     ws_max_message_bytes: int = setting(
         16 * 1024 * 1024, "Largest WebSocket client message (close 1009 beyond)."
     )
@@ -332,7 +354,11 @@ class Settings:
         "process (a restart cannot open older items).",
     )
     tap_dir: str | None = setting(None, "Record every exchange as JSON lines in this folder.")
-    shutdown_grace: float = setting(30.0, "Seconds in-flight streams get to finish on SIGTERM.")
+    shutdown_grace: float = setting(
+        30.0,
+        "Seconds the turns in flight (HTTP, WebSocket and background alike) get to finish on "
+        "SIGTERM; past it each ends failed.",
+    )
     trim_after: float = setting(
         2.0, "Seconds without a turn after which freed memory goes back to the OS (0: never)."
     )

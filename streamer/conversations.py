@@ -17,7 +17,7 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from streamer.core.errors import RequestError, invalid
+from streamer.core.errors import RequestError, invalid, store_unavailable
 from streamer.core.input_items import normalize_input
 from streamer.core.request_checks import check_metadata as check_metadata_bounds
 from streamer.core.response import new_id
@@ -93,7 +93,7 @@ class Conversations:
         try:
             record = await self.store.get(conversation_id, owner=owner)
         except StoreUnavailable as exc:
-            raise _unavailable(exc) from None
+            raise store_unavailable(exc) from None
         if record is None or record.response.get("object") != OBJECT:
             return None
         return record
@@ -122,7 +122,7 @@ class Conversations:
         try:
             await self.store.put(record)
         except StoreUnavailable as exc:
-            raise _unavailable(exc) from None
+            raise store_unavailable(exc) from None
 
     async def append(self, record: StoredResponse, items: Sequence[dict[str, Any]]) -> None:
         self._check_size(len(record.input_items) + len(items), "items")
@@ -155,12 +155,3 @@ class Conversations:
             await self.put(record)
         except RequestError as exc:
             log.warning("could not extend conversation %s: %s", conversation_id, exc.message)
-
-
-def _unavailable(exc: StoreUnavailable) -> RequestError:
-    return RequestError(
-        f"The response store is unavailable: {exc}",
-        status=503,
-        type="server_error",
-        code="store_unavailable",
-    )

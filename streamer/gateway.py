@@ -2,33 +2,43 @@
 
 It turns a client's body into a prepared `Turn` (continuing a stored response when the
 body names `previous_response_id`), runs it into a transport's `Sink` (observed, stored
-at its end), drains turns at shutdown and starts background turns. It knows no HTTP:
-the frontends (SSE, JSON, WebSocket, background) are transports over `run`.
+at its end) and starts background turns. `run` is the one place a turn ends, however it
+ends; every turn it runs is in the one in-flight registry (`in_flight`, streamer/in_flight.py),
+which the shutdown drains once. It knows no HTTP: the frontends (SSE, JSON, WebSocket,
+background) are transports over `run`, moving its events.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from streamer import conversations
 from streamer.config import Settings
 from streamer.core import item_references
-from streamer.core.errors import RequestError, invalid, shutting_down
+from streamer.core.errors import (
+    STORE_UNAVAILABLE,
+    RequestError,
+    invalid,
+    shutting_down,
+    store_unavailable,
+)
 from streamer.core.events import Event
 from streamer.core.replayed_json import ReplayedBodies
 from streamer.identity import request_client
+from streamer.in_flight import InFlight, Stop
 from streamer.metrics import Metrics
 from streamer.observe import Observation, open_recording
 from streamer.options import turn_options
-from streamer.pipeline import Sink, Turn, TurnEvents, TurnOptions, prepare
 from streamer.quiet_trim import QuietTrim, malloc_trim
 from streamer.recorder import TapDirectory
-from streamer.records import stored
-from streamer.store import ResponseStore, StoreUnavailable
+from streamer.records import stored, unstored
+from streamer.store import ResponseStore, StoredResponse, StoreUnavailable
+from streamer.store.health import StoreHealth
+from streamer.turn import Turn, TurnOptions, prepare, warmup
+from streamer.turn_runner import BROKEN, Sink, TurnEvents
 from streamer.upstream.registry import UpstreamRegistry
 
 if TYPE_CHECKING:
@@ -37,6 +47,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("streamer.gateway")
 
 SHUT_DOWN = "The gateway shut down before the response finished; retry the request."
+STORE_FAILED = "The response store was unavailable."
 
 
 def previous_not_found(response_id: str) -> RequestError:
@@ -54,16 +65,6 @@ def continuation(
     return [*map(dict, input_items), *map(dict, output)]
 
 
-def store_unavailable(exc: StoreUnavailable) -> RequestError:
-    """A store outage as the client sees it: a 503, never a hang."""
-    return RequestError(
-        f"The response store is unavailable: {exc}",
-        status=503,
-        type="server_error",
-        code="store_unavailable",
-    )
-
-
 def always(turn: Turn) -> bool:
     """Store every finished turn (HTTP: failed ones too)."""
     return True
@@ -74,51 +75,10 @@ def never(turn: Turn) -> bool:
     return False
 
 
-class InFlight:
-    """The drained turns being served, so that a shutdown lets them finish, then ends the rest.
-
-    At the deadline each remaining turn's task is cancelled with `cut` set: `Gateway.run`
-    then ends it as `response.failed`, stored as such, instead of being torn off mid-frame.
-    """
-
-    __slots__ = ("closing", "cut", "tasks")
-
-    def __init__(self) -> None:
-        self.tasks: set[asyncio.Task[Any]] = set()
-        self.closing = False  # shutting down: no new turns
-        self.cut = False  # the deadline passed: a cancelled turn ends as failed
-
-    @contextlib.contextmanager
-    def tracking(self) -> Iterator[None]:
-        """The current task is a turn the shutdown drains while inside."""
-        task = asyncio.current_task()
-        assert task is not None
-        self.tasks.add(task)
-        try:
-            yield
-        finally:
-            self.tasks.discard(task)
-
-    async def drain(self, deadline: float) -> None:
-        """Let the turns run until `deadline` (loop time), then end the rest as failed."""
-        self.closing = True
-        loop = asyncio.get_running_loop()
-        if self.tasks:
-            await asyncio.wait(list(self.tasks), timeout=max(0.0, deadline - loop.time()))
-        if self.tasks:
-            self.cut = True
-            for task in self.tasks:
-                task.cancel()
-            await asyncio.wait(list(self.tasks), timeout=1.0)  # each only writes its end
-
-    def absorb_cut(self) -> bool:
-        """In a cancelled turn: whether the deadline cancelled it (the cancel is then undone)."""
-        task = asyncio.current_task()
-        if not self.cut or task not in self.tasks:  # another cancel (a WebSocket closing, …)
-            return False
-        assert task is not None
-        task.uncancel()
-        return True
+def _history_of(record: StoredResponse | None) -> list[dict[str, Any]]:
+    if record is None:
+        return []
+    return continuation(record.input_items, record.response.get("output") or [])
 
 
 class Gateway:
@@ -143,6 +103,8 @@ class Gateway:
         cache = settings.history_cache_bytes
         self.bodies = ReplayedBodies(cache // 4) if cache > 0 else None
         self.in_flight = InFlight()
+        # --readyz-cache-seconds: how often a store known to be down is asked again
+        self.store_health = StoreHealth(store, settings.readyz_cache_seconds)
         self.conversations = conversations.Conversations(store, settings.max_input_items)
         self.stats: dict[str, int] = {"http_turns": 0, "ws_connections": 0, "ws_turns": 0}
         self.metrics = Metrics()
@@ -175,20 +137,21 @@ class Gateway:
         the WebSocket connection's id (its turns keep to one replica).
         """
         plan = self.upstreams.plan(body)  # the model named: 404 for one the config lacks
-        base = None
+        affinity = base = None
         if history is None:
             previous = body.get("previous_response_id") if isinstance(body, dict) else None
             # absent, or a type error that validation reports with its param
             history = []
             if isinstance(previous, str):
-                history, base = await self.continued_history(previous, client)
+                history, base, affinity = await self.continued_history(previous, client)
         conversation = None
         if isinstance(body, dict) and body.get("conversation") is not None:
             conversation, body, history = await self.conversation(body, history, client)
         if isinstance(body, dict) and item_references.referenced_ids(body.get("input")):
             body = {**body, "input": await self.references(body["input"], history, client)}
         turn = prepare(body, plan.route.options.turn, history=history, client=client or "")
-        self.upstreams.bind(turn, plan, session)
+        await self.check_store(turn.request)  # valid: a store outage is no reason for a 400
+        self.upstreams.bind(turn, plan, session, inherited=affinity)
         turn.conversation, turn.new_from, turn.stored_base = conversation, len(history), base
         if authorization and self.settings.forward_authorization:
             turn.headers["Authorization"] = authorization
@@ -196,15 +159,18 @@ class Gateway:
 
     async def continued_history(
         self, previous: str, client: str | None
-    ) -> tuple[Sequence[dict[str, Any]], tuple[str, int] | None]:
-        """`history`; for a response this process stored with a kept turn, its input comes
-        from there (`HistoryCache.stored_input`) and the store is asked only for the
-        response (is it still there, for this client; its output): with the record's base,
-        `(previous, how many items are its input)` (`Turn.stored_base`), else None."""
+    ) -> tuple[Sequence[dict[str, Any]], tuple[str, int] | None, str | None]:
+        """`history`, the record's base and its affinity key. For a response this process
+        stored with a kept turn, its input comes from there (`HistoryCache.stored_input`)
+        and the store is asked only for the response (is it still there, for this client;
+        its output); the base is `(previous, how many items are its input)`
+        (`Turn.stored_base`), else None."""
         cache = self.options.history
-        stored = cache.stored_input(previous, client) if cache is not None else None
-        if cache is None or stored is None:
-            return await self.history(previous, client), None
+        kept = cache.stored_input(previous, client) if cache is not None else None
+        if cache is None or kept is None:
+            record = await self.continued(previous, client)
+            return _history_of(record), None, record.affinity if record is not None else None
+        stored, affinity = kept
         try:
             response = await self.store.get_response(previous, owner=client)
         except StoreUnavailable as exc:
@@ -212,7 +178,8 @@ class Gateway:
         if response is None:
             raise previous_not_found(previous)
         output = [*map(dict, response.get("output") or [])]
-        return cache.continuation(previous, stored, output), (previous, len(stored))
+        history = cache.continuation(previous, stored, output)
+        return history, (previous, len(stored)), affinity
 
     def continuation(self, turn: Turn) -> tuple[dict[str, Any], ...]:
         """`(*turn.items, *output)`: what a continuation of the turn starts from (a
@@ -223,11 +190,23 @@ class Gateway:
             return (*turn.items, *output)
         return cache.continuation(turn.response["id"], turn.items, output)
 
+    async def check_store(self, request: Mapping[str, Any]) -> None:
+        """A `store: true` turn while the store is known to refuse writes: a 503 now,
+        before any byte, rather than an answer that would not be kept."""
+        if request.get("store") is False:
+            return
+        if not await self.store_health.writable():
+            raise store_unavailable(StoreUnavailable("it did not take the last write"))
+
     async def history(self, previous: str, client: str | None) -> list[dict[str, Any]]:
         """The continued response's input then output; another client's is not found, and
         a store outage is a 503."""
+        return _history_of(await self.continued(previous, client))
+
+    async def continued(self, previous: str, client: str | None) -> StoredResponse | None:
+        """The stored response `previous` names (None for ""); 400 if not found."""
         if not previous:
-            return []
+            return None
         if conversations.is_conversation_id(previous):  # a conversation is no response
             raise previous_not_found(previous)
         try:
@@ -236,7 +215,7 @@ class Gateway:
             raise store_unavailable(exc) from None
         if record is None:
             raise previous_not_found(previous)
-        return continuation(record.input_items, record.response.get("output") or [])
+        return record
 
     async def conversation(
         self, body: dict[str, Any], history: Sequence[dict[str, Any]], client: str | None
@@ -272,15 +251,55 @@ class Gateway:
         return item_references.resolve(value, found)
 
     async def run(
-        self, turn: Turn, sink: Sink, transport: str, *, keep: Callable[[Turn], bool] = always
+        self,
+        turn: Turn,
+        sink: Sink,
+        transport: str,
+        *,
+        keep: Callable[[Turn], bool] = always,
+        generate: bool = True,
     ) -> None:
-        """Run one turn into `sink`, observed (metrics, `--tap-dir`), stored at its end.
+        """Run one turn into `sink` and end it: the one place a turn ends, for every transport.
 
-        A finished turn is stored (if `keep(turn)`, and unless `store: false`) before its
-        last batch goes out, so a client can chain from it at once. A refusal before the
-        first event raises `RequestError` with nothing sent. At the shutdown deadline a
-        drained turn ends `failed`, stored, if its client was answered; else a 503.
+        Each ending is the turn's terminal event, sent as the sink's `final` batch once the
+        response is stored (if `keep(turn)`, and unless `store: false`), so that a client
+        can chain from it at once:
+
+        - the backend's end, an output limit, the turn's deadline, or a backend failure
+          mid-stream (`TurnEvents`): completed, incomplete or failed;
+        - a refusal before the first event (the backend's, or the shutdown's): a
+          `RequestError` raised with nothing sent, for the transport to answer; but a turn
+          whose client holds the response already (a background turn, queued) ends failed;
+        - stopped by the in-flight registry: a cancel ends it cancelled; the shutdown
+          deadline ends it failed (`SHUT_DOWN`), or is a 503 if nothing was answered yet;
+        - the sink or the gateway failing under it: failed (the store's outage as
+          `store_unavailable`), that end sent once more, the error raised if it fails too.
+
+        A cancel the registry did not ask for (the client went away) ends nothing: it goes
+        up, the backend let go. `generate=False` (a WebSocket warmup): created then
+        completed at once, no backend call, not observed.
         """
+        with self.in_flight.tracking():
+            if not generate:
+                batch = warmup(turn)
+                if keep(turn) and not await self.remember(turn):
+                    batch = unstored(batch)  # the response says store: false
+                await sink.send(batch, True)
+                return
+            try:
+                await self._observed(turn, sink, transport, keep)
+            except RequestError as exc:
+                if turn.response["status"] != "queued":  # nobody holds the response yet
+                    raise
+                streamer = turn.streamer  # a background turn refused: it ends failed
+                failed = streamer.fail(exc.code or "server_error", exc.message, exc.type)
+                batch = streamer.start() + failed
+                await self._end(turn, sink, batch, keep)
+
+    async def _observed(
+        self, turn: Turn, sink: Sink, transport: str, keep: Callable[[Turn], bool]
+    ) -> None:
+        """The turn against its backend, observed (metrics, `--tap-dir`), batch by batch."""
         streamer = turn.streamer
         ending: list[Event] = []  # the last batch, while it is being stored and not yet sent
         seen = Observation(turn, transport, self.metrics, self.quiet, self.tap)
@@ -300,47 +319,95 @@ class Gateway:
                     del batch  # sent: not kept while the next batch is awaited
                     continue
                 ending = batch
-                if keep(turn):
-                    await self.remember(turn)
-                if turn.conversation is not None:
-                    await self.extend_conversation(turn)
+                await self._settle(turn, batch, keep)  # it may now say store: false
                 ending = []
                 await sink.send(batch, True)
                 return
         except asyncio.CancelledError:
-            if not self.in_flight.absorb_cut():
+            why = self.in_flight.stopped()
+            if why is None:
                 raise
             await events.close()
-            await self._cut(turn, sink, ending, keep)
+            await self._end(turn, sink, ending or self._stopped(turn, sink, why), keep)
+        except (RequestError, ConnectionError):
+            raise
+        except Exception as exc:
+            await events.close()
+            await self._broken(turn, sink, exc, keep)
         finally:
             await events.close()
             seen.close()
 
-    async def _cut(
-        self, turn: Turn, sink: Sink, ending: list[Event], keep: Callable[[Turn], bool]
+    async def _end(
+        self, turn: Turn, sink: Sink, tail: list[Event], keep: Callable[[Turn], bool]
     ) -> None:
-        """The shutdown deadline: end the turn well. A send that was interrupted has
-        already handed its bytes over, so only an unsent end remains."""
-        if not sink.answered:
-            raise shutting_down() from None
-        tail = ending or turn.streamer.fail("server_error", SHUT_DOWN)
+        """Store the ended turn, then send its last batch (an interrupted send has already
+        handed its bytes over, so only an unsent end is sent)."""
         if tail:
-            if keep(turn):
-                await self.remember(turn)
+            await self._settle(turn, tail, keep)
             await sink.send(tail, True)
 
-    async def remember(self, turn: Turn) -> None:
-        """Store a finished response unless the client said `store: false`."""
+    async def _settle(self, turn: Turn, batch: list[Event], keep: Callable[[Turn], bool]) -> None:
+        """What an ended turn leaves: its stored response (if the store failed, its last
+        `batch` is rewritten in place to say `store: false`, as the response now does),
+        its conversation's new items."""
+        if keep(turn) and not await self.remember(turn):
+            batch[:] = unstored(batch)
+        if turn.conversation is not None:
+            await self.extend_conversation(turn)
+
+    @staticmethod
+    def _stopped(turn: Turn, sink: Sink, why: Stop) -> list[Event]:
+        """The end of a turn the registry stopped."""
+        if why is Stop.CANCEL:
+            return turn.streamer.cancel()
+        if not sink.answered:  # nothing sent yet: still an HTTP error
+            raise shutting_down() from None
+        return turn.streamer.fail("server_error", SHUT_DOWN)
+
+    async def _broken(
+        self, turn: Turn, sink: Sink, exc: Exception, keep: Callable[[Turn], bool]
+    ) -> None:
+        """The sink (a background turn's store) or the gateway failed after the turn began:
+        end it failed and try its end once more; the error goes up if that fails too, or
+        if nothing was answered yet (an HTTP error then). An end already made (the store
+        failed as it was written) is only sent again."""
+        if not sink.answered:
+            raise exc
+        if isinstance(exc, StoreUnavailable):
+            log.error("turn %s: the store failed under it: %s", turn.response["id"], exc)
+            tail = turn.streamer.fail(STORE_UNAVAILABLE, STORE_FAILED)
+        else:
+            log.error("turn %s failed", turn.response["id"], exc_info=exc)
+            tail = turn.streamer.fail("server_error", BROKEN)
+        try:
+            await self._settle(turn, tail, keep)
+            await sink.send(tail, True)
+        except Exception:
+            raise exc from None
+
+    async def remember(self, turn: Turn) -> bool:
+        """Store a finished response unless the client said `store: false`; False when the
+        store failed: the response then says `store: false` (the client is told through
+        the Response's own field), counted and logged."""
         if turn.request.get("store") is False:
-            return
+            return True
         record = stored(turn)
         try:
             await self.store.put(record)
-        except Exception as exc:  # the client already has its answer; say so in the log
-            log.warning("could not store response %s: %s", turn.response["id"], exc)
-            return
+        except Exception as exc:
+            self.store_health.wrote(False)
+            self.metrics.not_stored.inc()
+            turn.response["store"] = False
+            log.warning("could not store response %s (answered with store: false): %s",
+                        turn.response["id"], exc)  # fmt: skip
+            return False
+        self.store_health.wrote(True)
         if self.options.history is not None:  # its continuation need not read it back
-            self.options.history.recorded(record.id, record.owner, record.input_items)
+            self.options.history.recorded(
+                record.id, record.owner, record.input_items, record.affinity
+            )
+        return True
 
     async def extend_conversation(self, turn: Turn) -> None:
         """A finished turn on a conversation: its input and output join it."""
@@ -368,13 +435,14 @@ class Gateway:
         turn: it holds every event of the log, `response.queued` and a cancel included."""
         if self.tap is not None:
             turn.recorder = open_recording(self.tap, turn)
-        return await self.background.start(turn, self._run_background)
+        return await self.background.start(turn, self._run_background, self.in_flight)
 
     async def _run_background(self, turn: Turn, sink: Sink) -> None:
         await self.run(turn, sink, "background", keep=never)  # it writes its own record
 
     async def close(self) -> None:
-        """Shutdown: background turns end, then the upstreams and the store close."""
+        """Shutdown, after the drain: what it left of background turns is cancelled, then
+        the upstreams and the store close."""
         self.quiet.close()
         await self.background.close()
         await self.upstreams.close()

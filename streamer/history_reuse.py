@@ -52,7 +52,7 @@ Context = tuple[Any, ...]
 
 
 class TurnOptions(Protocol):
-    """What this module reads of the turn options (streamer/pipeline.py `TurnOptions`)."""
+    """What this module reads of the turn options (streamer/turn.py `TurnOptions`)."""
 
     @property
     def history(self) -> HistoryCache | None: ...
@@ -84,6 +84,7 @@ class Kept:
     refs: tuple[Any, ...] = ()  # the options whose ids are in `context`
     stored: list[dict[str, Any]] | None = None  # `items` as stored (`recorded`)
     owner: str | None = None  # whose stored response it is
+    affinity: str | None = None  # the replica-affinity key its record holds
     # the history last made from it (`continuation`): a turn given that very sequence
     # starts with its items by construction, and is not compared item by item
     history: Sequence[dict[str, Any]] | None = None
@@ -115,25 +116,34 @@ class HistoryCache:
         self.hits += 1
         return kept
 
-    def recorded(self, response_id: str, owner: str | None, items: list[dict[str, Any]]) -> None:
+    def recorded(
+        self,
+        response_id: str,
+        owner: str | None,
+        items: list[dict[str, Any]],
+        affinity: str | None = None,
+    ) -> None:
         """The turn `response_id` was stored with `items` as its input (its own items as
         listed, ids given): a continuation may take them from here (`stored_input`)."""
         kept = self._kept.get(response_id)
         if kept is None or kept.stored is not None or len(items) != len(kept.items):
             return
-        kept.stored, kept.owner = items, owner
+        kept.stored, kept.owner, kept.affinity = items, owner, affinity
         grown = ITEM_OVERHEAD * len(items)
         kept.size += grown
         self.bytes += grown
         self._trim()
 
-    def stored_input(self, response_id: str, owner: str | None) -> list[dict[str, Any]] | None:
-        """The stored input of the kept turn `response_id`, if `owner` may see it (the
-        store's rule; the caller still asks the store whether the response is there)."""
+    def stored_input(
+        self, response_id: str, owner: str | None
+    ) -> tuple[list[dict[str, Any]], str | None] | None:
+        """The stored input of the kept turn `response_id` and its record's affinity key,
+        if `owner` may see it (the store's rule; the caller still asks the store whether
+        the response is there)."""
         kept = self._kept.get(response_id)
         if kept is None or kept.stored is None or not visible(kept.owner, owner):
             return None
-        return kept.stored
+        return kept.stored, kept.affinity
 
     def continuation(
         self, response_id: str, items: Sequence[dict[str, Any]], output: Sequence[dict[str, Any]]

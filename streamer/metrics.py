@@ -91,6 +91,22 @@ class Metrics:
             "streamer_store_operations", "Store operations by operation and outcome.",
             ("operation", "outcome"), registry=registry,
         )  # fmt: skip
+        self._store_outcomes(registry)
+
+    def _store_outcomes(self, registry: CollectorRegistry) -> None:
+        """What the store lost or could not keep (docs/stores.md)."""
+        self.store_incomplete = Counter(
+            "streamer_store_incomplete",
+            "Records or event logs the store held only in part (evicted), served as missing.",
+            ("what",),
+            registry=registry,
+        )
+        self.not_stored = Counter(
+            "streamer_responses_not_stored",
+            "store:true responses answered but not stored: the store failed at their end "
+            "(the response says store: false).",
+            registry=registry,
+        )
 
     def child(self, metric: Any, *values: str) -> Any:
         """`metric.labels(*values)`, looked up once: each `labels` call takes a lock and

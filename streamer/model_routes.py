@@ -14,7 +14,7 @@ from typing import Any
 from streamer.config import Settings
 from streamer.models_config import ConfigError, ModelsConfig, ModelSpec, load, single
 from streamer.options import ModelOptions, client_options, model_knobs, model_options
-from streamer.pipeline import TurnOptions
+from streamer.turn import TurnOptions
 from streamer.upstream.body_budget import ByteBudget
 from streamer.upstream.chat.profiles import PROFILES
 from streamer.upstream.http1.connection_limit import OpenConnections

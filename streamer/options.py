@@ -12,6 +12,7 @@ model. `client_options` are what every backend client is built with, checked onc
 from __future__ import annotations
 
 import logging
+import os
 import ssl
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
@@ -24,8 +25,8 @@ from streamer.core.tools import NamingConfig
 from streamer.history_reuse import HistoryCache
 from streamer.model_metadata import load_model_catalog
 from streamer.models_config import TOOL_NAME_STYLES, ModelSpec
-from streamer.pipeline import TurnOptions
 from streamer.sealing import EPHEMERAL_KEY, Sealer, load_sealer
+from streamer.turn import TurnOptions
 from streamer.upstream.chat.profiles import PROFILES, BackendProfile, lowering_options, resolve
 from streamer.upstream.kind import BackendKind
 from streamer.upstream.kinds import kind_named
@@ -155,6 +156,34 @@ def client_options(settings: Settings) -> dict[str, Any]:
         "client_pools": settings.upstream_client_pools,
         "max_json_body": 4 * settings.max_output_bytes,  # see JSON_BODY_LIMIT
     }
+
+
+def store_options(settings: Settings) -> dict[str, Any]:
+    """What `open_store` is given for `--store`: the TTL, the per-operation timeout, the
+    byte bound (memory, SQLite), and for Redis the key prefix and TLS files, checked here."""
+    for flag, path in (
+        ("--store-tls-ca-file", settings.store_tls_ca_file),
+        ("--store-tls-cert-file", settings.store_tls_cert_file),
+        ("--store-tls-key-file", settings.store_tls_key_file),
+    ):
+        if path and not os.path.isfile(path):
+            raise ValueError(f"{flag} {path}: no such file")
+    if settings.store_max_bytes < 1:
+        raise ValueError("--store-max-bytes must be 1 or more")
+    options: dict[str, Any] = {
+        "ttl_seconds": settings.store_ttl,
+        "timeout": settings.store_timeout,
+        "max_bytes": settings.store_max_bytes,
+        "key_prefix": settings.store_key_prefix,
+    }
+    tls = (settings.store_tls_ca_file, settings.store_tls_cert_file, settings.store_tls_key_file)
+    if any(tls):
+        if not settings.store.startswith(("rediss://", "rediss+")):
+            raise ValueError("the --store-tls-* settings need a TLS store URL (rediss://…)")
+        from streamer.store.redis_connect import TLS
+
+        options["tls"] = TLS(*tls)
+    return options
 
 
 def state_sealer(path: str | None, shared: bytes | None = None) -> Sealer:

@@ -4,24 +4,43 @@ from __future__ import annotations
 
 from typing import Any
 
-from streamer.pipeline import Turn
+import orjson
+
+from streamer.core.events import TERMINAL_EVENT_TYPES, Event
 from streamer.store import StoredResponse, with_item_ids
+from streamer.turn import Turn
 
 
 def stored(turn: Turn) -> StoredResponse:
     """What the store keeps of a turn: the public response, the input as listed (each item
-    with its id: a fresh one where it has none), and who asked (the owner). A turn that
-    continues a stored response it took from the kept turn (`Turn.stored_base`) reuses
-    that record's items as they are, and says so (`extends`)."""
+    with its id: a fresh one where it has none), who asked (the owner), and the affinity
+    key it was routed by (streamer/upstream/registry.py). A turn that continues a stored
+    response it took from the kept turn (`Turn.stored_base`) reuses that record's items as
+    they are, and says so (`extends`)."""
     base, items = turn.stored_base, turn.items
+    owner, affinity = turn.client or None, getattr(turn.route, "key", None)
     if base is None:
-        return StoredResponse(
-            turn.response, with_item_ids(list(map(public_input_item, items))), turn.client or None
-        )
+        public = with_item_ids(list(map(public_input_item, items)))
+        return StoredResponse(turn.response, public, owner, affinity)
     n = base[1]
     kept = items[:n]
     kept += with_item_ids(list(map(public_input_item, items[n:])))
-    return StoredResponse(turn.response, kept, turn.client or None, extends=base)
+    return StoredResponse(turn.response, kept, owner, affinity, extends=base)
+
+
+def unstored(batch: list[Event]) -> list[Event]:
+    """The last batch of a turn whose response could not be stored: its terminal event's
+    response says `store: false` (as `turn.response` now does). Only on that failure: the
+    event is encoded again."""
+    out = []
+    for event in batch:
+        if event.type in TERMINAL_EVENT_TYPES:
+            value = orjson.loads(event.data)
+            if isinstance(value.get("response"), dict):
+                value["response"]["store"] = False
+                event = event._replace(data=orjson.dumps(value))
+        out.append(event)
+    return out
 
 
 def public_input_item(item: dict[str, Any]) -> dict[str, Any]:

@@ -66,6 +66,12 @@ def check_workers(settings: Settings) -> None:
             "turns, and a previous_response_id, GET, cancel or resume that reaches another "
             "worker finds nothing; use --store redis://host:port/db"
         )
+    if settings.store.startswith("sqlite:"):
+        raise ValueError(
+            f"--workers {settings.workers} needs a shared store: a SQLite file serves one "
+            "process (the followers and cancels of a background turn stay in it); use "
+            "--store redis://host:port/db"
+        )
 
 
 class RestartBudget:

@@ -15,12 +15,13 @@ import orjson
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from streamer.store.base import TERMINAL_EVENT_TYPES, event_type, is_terminal
+from streamer.core.events import STREAM_END_TYPES
+from streamer.store.base import event_type, is_terminal
 
 TRICKY = st.sampled_from(['"', "\\", "\x00", "\n", ",", "}", "é", "😀", '","type":"x'])
 TEXT = st.lists(st.one_of(st.text(max_size=5), TRICKY), max_size=5).map("".join)
 TYPES = st.one_of(
-    TEXT, st.sampled_from(sorted(TERMINAL_EVENT_TYPES)), st.just("response.output_text.delta")
+    TEXT, st.sampled_from(sorted(STREAM_END_TYPES)), st.just("response.output_text.delta")
 )
 VALUES = st.recursive(
     st.one_of(st.none(), st.booleans(), st.integers(-(2**63), 2**63 - 1), TEXT),
@@ -59,7 +60,7 @@ def test_the_type_is_what_parsing_the_event_gives(event: dict[str, Any], encode:
     parsed = orjson.loads(data).get("type")
     expected = parsed if isinstance(parsed, str) else None
     assert event_type(data) == expected
-    assert is_terminal(data) == (expected in TERMINAL_EVENT_TYPES)
+    assert is_terminal(data) == (expected in STREAM_END_TYPES)
 
 
 def test_what_is_no_json_object_has_no_type() -> None:

@@ -8,6 +8,7 @@ is a list of batches (tests/test_pipeline_first_batch.py's `ListUpstream`).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from typing import Any, cast
 
 import pytest
@@ -19,8 +20,9 @@ from streamer.core.errors import RequestError
 from streamer.core.events import Event
 from streamer.frontends.background import Background
 from streamer.gateway import Gateway, never
-from streamer.pipeline import Turn
+from streamer.in_flight import Stop
 from streamer.store import MemoryStore
+from streamer.turn import Turn
 from streamer.upstream.registry import Backend, UpstreamRegistry
 
 ANSWER: list[list[Delta]] = [[TextDelta("a")], [TextDelta("b")], [Finish("stop")]]
@@ -124,11 +126,7 @@ async def test_the_shutdown_deadline_ends_a_drained_turn_failed_and_stored() -> 
     turn = await a_turn(gw)
     sink = RecordingSink(store, turn)
 
-    async def serve() -> None:
-        with gw.in_flight.tracking():
-            await gw.run(turn, sink, "sse")
-
-    task = asyncio.create_task(serve())
+    task = asyncio.create_task(gw.run(turn, sink, "sse"))  # run enters the registry
     await sink.got_text.wait()
     await gw.in_flight.drain(asyncio.get_running_loop().time())  # the deadline is now
     await task  # the cut was absorbed: the turn returns normally
@@ -150,11 +148,7 @@ async def test_the_shutdown_deadline_before_any_answer_is_a_503() -> None:
 
     slow = Unanswered(store, turn, answered=False)  # SSE before its head: an HTTP error
 
-    async def serve() -> None:
-        with gw.in_flight.tracking():
-            await gw.run(turn, slow, "sse")
-
-    task = asyncio.create_task(serve())
+    task = asyncio.create_task(gw.run(turn, slow, "sse"))  # run enters the registry
     await slow.got_any.wait()
     await gw.in_flight.drain(asyncio.get_running_loop().time())
     with pytest.raises(RequestError) as refused:
@@ -169,11 +163,111 @@ async def test_a_cancel_that_is_not_the_drain_propagates() -> None:
     gw, store = gateway(ListUpstream(stream))
     turn = await a_turn(gw)
     sink = RecordingSink(store, turn)
-    task = asyncio.create_task(gw.run(turn, sink, "websocket"))  # not drained
+    task = asyncio.create_task(gw.run(turn, sink, "websocket"))
     await sink.got_text.wait()
-    gw.in_flight.cut = True  # a drain is cutting HTTP turns meanwhile: not this one
-    task.cancel()
+    task.cancel()  # the socket closed, say: not the registry's stop
     with pytest.raises(asyncio.CancelledError):
         await task
     assert stream.closed
     assert not any(final for _, final, _ in sink.sent)
+
+
+async def test_a_refused_turn_whose_client_holds_it_ends_failed() -> None:
+    gw, store = gateway(RefusingUpstream())
+    turn = await a_turn(gw)
+    turn.streamer.queued()  # a background turn: the client was answered `queued`
+    sink = RecordingSink(store, turn)
+    await gw.run(turn, sink, "background")
+    kinds = ["response.created", "response.in_progress", "response.failed"]
+    assert sink.sent == [(kinds, True, True)]  # stored, then sent as the last batch
+    assert turn.response["error"]["code"] == "rate_limit_exceeded"
+
+
+async def test_a_stop_for_a_cancel_ends_the_turn_cancelled_and_stored() -> None:
+    stream = HeldStream([[TextDelta("a")]], ready=False, end_with_last=False)
+    gw, store = gateway(ListUpstream(stream))
+    turn = await a_turn(gw)
+    sink = RecordingSink(store, turn)
+    task = asyncio.create_task(gw.run(turn, sink, "background"))
+    await sink.got_text.wait()
+    gw.in_flight.stop(task, Stop.CANCEL)
+    await task  # the cancel was the registry's: the turn returns normally
+    last_kinds, final, was_stored = sink.sent[-1]
+    assert final and last_kinds[-1] == "response.failed" and was_stored
+    assert turn.response["status"] == "cancelled" and turn.response["error"] is None
+    record = await store.get(turn.response["id"])
+    assert record is not None and record.response["status"] == "cancelled"
+    assert stream.closed
+
+
+async def test_a_held_turn_is_drained_before_its_task_runs() -> None:
+    gw, store = gateway(ListUpstream(ListStream([*ANSWER], ready=False, end_with_last=False)))
+    turn = await a_turn(gw)
+    sink = RecordingSink(store, turn)
+    task = asyncio.create_task(gw.run(turn, sink, "background"))
+    gw.in_flight.hold(task)  # as a background turn is, when accepted
+    assert len(gw.in_flight) == 1  # before the task has even started
+    await gw.in_flight.drain(asyncio.get_running_loop().time() + 60)
+    assert task.done() and len(gw.in_flight) == 0
+    assert sink.sent[-1][0][-1] == "response.completed"  # the grace let it finish
+
+
+class Streams:
+    """An upstream that answers each request with the next of its streams."""
+
+    def __init__(self, *streams: ListStream) -> None:
+        self.streams = list(streams)
+
+    async def open(self, backend_request: dict[str, Any], **_: Any) -> ListStream:
+        return self.streams.pop(0)
+
+
+async def test_the_drain_waits_for_turns_that_start_during_the_grace() -> None:
+    """A turn that starts once the drain began (a WebSocket lane's queued create) is
+    drained too; past the deadline, one that would start is refused with a 503."""
+    held = HeldStream([[TextDelta("a")]], ready=False, end_with_last=False)
+    gw, store = gateway(Streams(held, ListStream([*ANSWER], ready=False, end_with_last=False)))
+    first, later = await a_turn(gw), await a_turn(gw)
+    first_sink, later_sink = RecordingSink(store, first), RecordingSink(store, later)
+    running = asyncio.create_task(gw.run(first, first_sink, "websocket"))
+    await first_sink.got_text.wait()
+    drain = asyncio.create_task(gw.in_flight.drain(asyncio.get_running_loop().time() + 60))
+    await gw.run(later, later_sink, "websocket")  # starts while the drain waits
+    assert later_sink.sent[-1][0][-1] == "response.completed"
+    assert not drain.done()  # the first turn still runs
+    running.cancel()  # the socket closed, say: the turn just goes
+    with pytest.raises(asyncio.CancelledError):
+        await running
+    async with asyncio.timeout(10):
+        await drain  # no turn left: the drain is over
+    gw.in_flight.cut = True  # as past the deadline
+    with pytest.raises(RequestError) as refused:
+        await gw.run(await a_turn(gw), RecordingSink(store, later), "websocket")
+    assert refused.value.status == 503 and refused.value.code == "server_shutting_down"
+
+
+async def test_a_stop_whose_cancel_was_lost_is_asked_for_again() -> None:
+    """On Python 3.11 `asyncio.wait_for` (redis-py's) can swallow a cancel: the turn runs
+    on, and the registry's stop must still reach it."""
+    stream = HeldStream([[TextDelta("a")], [TextDelta("b")]], ready=False, end_with_last=False)
+    gw, store = gateway(ListUpstream(stream))
+    turn = await a_turn(gw)
+    writing = asyncio.Event()
+
+    class Swallowing(RecordingSink):
+        async def send(self, batch: list[Event], final: bool) -> None:
+            await RecordingSink.send(self, batch, final)
+            if self.got_text.is_set() and not final and not writing.is_set():
+                writing.set()
+                with contextlib.suppress(asyncio.CancelledError):  # as wait_for's race does
+                    await asyncio.Event().wait()
+
+    sink = Swallowing(store, turn)
+    task = asyncio.create_task(gw.run(turn, sink, "background"))
+    await writing.wait()
+    gw.in_flight.stop(task, Stop.CANCEL)  # lands in the write, and is lost there
+    done, _ = await asyncio.wait({task}, timeout=10)  # (a timeout around `await task`
+    assert done == {task}  # would cancel the task itself)
+    await task  # the stop was asked for again, and taken: the turn returned
+    assert task.cancelling() == 0  # the lost cancel was taken back too
+    assert sink.sent[-1][0][-1] == "response.failed" and turn.response["status"] == "cancelled"

@@ -31,8 +31,8 @@ from streamer.core.errors import RequestError
 from streamer.core.wire_messages import Encoded, LoweredMessages, body_pieces, encode_body
 from streamer.history_reuse import MIN_ITEMS, HistoryCache, inputs
 from streamer.options import turn_options
-from streamer.pipeline import Turn, TurnOptions, prepare
 from streamer.sealing import Sealer
+from streamer.turn import Turn, TurnOptions, prepare
 from streamer.upstream.chat.kind import streaming
 
 SEALER = Sealer.random()

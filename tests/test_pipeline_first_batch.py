@@ -7,7 +7,8 @@ from __future__ import annotations
 from typing import Any
 
 from streamer.core.deltas import Delta, Finish, TextDelta
-from streamer.pipeline import TurnOptions, prepare, stream_events
+from streamer.turn import TurnOptions, prepare
+from streamer.turn_runner import stream_events
 from streamer.upstream.batch import Batch
 
 

@@ -1,7 +1,8 @@
 """Stored responses through the official SDK, against the memory store and a real Redis.
 
-Every test here runs twice: once with the default in-memory store and once with
-`--store redis://…` pointed at a redis-server this module starts on a free port. The
+Every test here runs three times: with the default in-memory store, with `--store
+sqlite:…` in the test's folder, and with `--store redis://…` pointed at a redis-server this
+module starts on a free port. The
 store-outage tests at the end point the gateway at a Redis port where nothing listens.
 """
 
@@ -9,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import Any
 
 import openai
@@ -34,7 +36,9 @@ from scripted_backend import (
 )
 from sdk_models import validate_event, validate_response
 
+from streamer.gateway import SHUT_DOWN
 from streamer.store import MemoryStore, open_store
+from streamer.store.sqlite_store import SqliteStore
 
 END = [finish("stop"), usage(5, 2), DONE]
 ERROR_KEYS = {"message", "type", "param", "code"}
@@ -52,26 +56,33 @@ def search_call(call_id: str = "call_1", *, pause: float = 0.0) -> list[Any]:
     return [*chunks, finish("tool_calls"), usage(5, 2), DONE]
 
 
-@pytest.fixture(params=["memory", pytest.param("redis", marks=redis_marks)])
-async def gw(request: pytest.FixtureRequest) -> AsyncIterator[GatewayHarness]:
-    """The gateway with each store; Redis starts every test from an empty database."""
-    spec = "memory"
+@pytest.fixture(params=["memory", "sqlite", pytest.param("redis", marks=redis_marks)])
+async def gw(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[GatewayHarness]:
+    """The gateway with each store; Redis starts every test from an empty database.
+    `@pytest.mark.gateway(**settings)` adds settings."""
+    marker = request.node.get_closest_marker("gateway")
+    overrides = dict(marker.kwargs) if marker else {}
+    spec = "memory" if request.param == "memory" else f"sqlite:{tmp_path / 'store.db'}"
     if request.param == "redis":
         server = request.getfixturevalue("redis_server")
         spec = server.url
         async with aioredis.Redis.from_url(spec) as r:
             await r.flushdb()
-    async with GatewayHarness(store=spec) as harness:
+    async with GatewayHarness(store=spec, **overrides) as harness:
         yield harness
 
 
 async def stored_keys(gw: GatewayHarness) -> int:
-    """How much the store holds: records in memory, keys in Redis."""
+    """How much the store holds of responses: records in memory, keys in Redis (the state
+    key and the readiness probe are the store's own)."""
     store = gw.gateway.store
     if isinstance(store, MemoryStore):
         return len(store)
+    if isinstance(store, SqliteStore):
+        return store._db._scalar("SELECT count(*) FROM records")
     async with aioredis.Redis.from_url(str(gw.settings.store)) as r:
-        return int(await r.dbsize())
+        own = (b"streamer:secret:", b"streamer:probe:")
+        return len([k for k in await r.keys() if not k.startswith(own)])
 
 
 async def wait_status(
@@ -386,9 +397,11 @@ async def test_delete_running_background_cancels_it(
         await client.responses.retrieve(created.id)
 
 
+@pytest.mark.gateway(shutdown_grace=0.2)
 async def test_shutdown_ends_running_background_turns(
     gw: GatewayHarness, client: AsyncOpenAI
 ) -> None:
+    """Past --shutdown-grace, a background turn still running ends failed, logged and stored."""
     gw.backend.script([*text_chunks(["partial"]), HANG])
     created = await client.responses.create(model="m", input="hi", background=True)
     await wait_status(client, created.id, {"in_progress"})
@@ -401,7 +414,7 @@ async def test_shutdown_ends_running_background_turns(
     try:
         response = await store.get_response(created.id)
         assert response is not None and response["status"] == "failed"
-        assert response["error"]["message"] == "The gateway shut down."
+        assert response["error"]["message"] == SHUT_DOWN
         logged = [(seq, orjson.loads(data)) async for seq, data in store.events(created.id)]
         assert [seq for seq, _ in logged] == list(range(len(logged)))
         assert logged[-1][1]["type"] == "response.failed"  # followers are not left hanging
@@ -436,28 +449,25 @@ async def test_store_outage_spares_traffic_that_needs_no_store(
             ]
             assert events[-1].type == "response.completed"
             assert events[-1].response.output_text == "one"
-            # store:true cannot be remembered, but the client still gets its answer.
-            stored = await client.responses.create(model="m", input="hi")
-            assert stored.output_text == "two"
-            events = [
-                e async for e in await client.responses.create(model="m", input="hi", stream=True)
-            ]
-            assert events[-1].response.output_text == "three"
-
+            # store:true could not be kept: refused before the backend is asked, as are
+            # the requests that read the store
+            some_id = events[-1].response.id
             needs_store = [
-                client.responses.create(model="m", input="x", previous_response_id=stored.id),
+                client.responses.create(model="m", input="hi"),
+                client.responses.create(model="m", input="hi", stream=True),
+                client.responses.create(model="m", input="x", previous_response_id=some_id),
                 client.responses.create(model="m", input="x", background=True),
-                client.responses.retrieve(stored.id),
-                client.responses.input_items.list(stored.id),
-                client.responses.cancel(stored.id),
-                client.responses.delete(stored.id),
+                client.responses.retrieve(some_id),
+                client.responses.input_items.list(some_id),
+                client.responses.cancel(some_id),
+                client.responses.delete(some_id),
             ]
             for call in needs_store:
                 with pytest.raises(openai.InternalServerError) as raised:
                     await call
                 body = assert_error(raised.value, 503, "store_unavailable")
                 assert body["type"] == "server_error"
-    assert len(gw.backend.requests) == 3
+    assert len(gw.backend.requests) == 1
 
 
 @requires_redis
@@ -490,3 +500,63 @@ async def test_store_dying_mid_turn_releases_backend_and_followers() -> None:
         last = validate_event(events[-1].to_dict())
         assert (last.type, last.code) == ("error", "store_unavailable")
         assert [e.sequence_number for e in events] == list(range(len(events)))
+
+
+@requires_redis
+async def test_a_response_the_store_failed_to_keep_says_store_false() -> None:
+    # Issue 27 row 6: a store blip at a turn's end answered 200 and silently kept nothing.
+    # Now the Response's own `store` field says false (JSON body and the terminal event),
+    # it is counted, and while the store stays down the next store:true turn is a 503
+    # before any byte; once it answers again, turns are stored again.
+    async with RedisServer() as server, GatewayHarness(store=server.url,
+                                                       readyz_cache_seconds=0) as gw:  # fmt: skip
+        gone = asyncio.Event()
+        gw.backend.script(
+            [*text_chunks(["kept? "]), Gate(gone), *text(" no")],
+            [*text_chunks(["kept? "]), Gate(gone), *text(" no")],
+            text("after"),
+        )
+        async with AsyncOpenAI(base_url=gw.url, api_key="k", max_retries=0) as client:
+            json_turn = asyncio.create_task(client.responses.create(model="m", input="hi"))
+            stream = await client.responses.create(model="m", input="hi", stream=True)
+            events = aiter(stream)
+            assert (await anext(events)).type == "response.created"
+            async with asyncio.timeout(10):  # both turns wait at the gate
+                before = len(text_chunks(["kept? "]))
+                while sum(r.steps_written >= before for r in gw.backend.records) < 2:
+                    await asyncio.sleep(0.01)  # polling a real condition
+            await asyncio.to_thread(server.stop)
+            gone.set()
+            answered = await json_turn
+            assert answered.status == "completed" and answered.store is False
+            last = [event async for event in events][-1]
+            assert last.type == "response.completed" and last.response.store is False
+            validate_response(last.response.to_dict())
+
+            with pytest.raises(openai.InternalServerError) as raised:
+                await client.responses.create(model="m", input="again")
+            assert_error(raised.value, 503, "store_unavailable")
+            assert len(gw.backend.requests) == 2  # refused before the backend was asked
+
+            await asyncio.to_thread(server.restart)
+            kept = await client.responses.create(model="m", input="again")
+            assert kept.store is True
+            assert (await client.responses.retrieve(kept.id)).output_text == "after"
+        metrics = gw.gateway.metrics.render().decode()
+        assert "streamer_responses_not_stored_total 2.0" in metrics
+
+
+@pytest.mark.parametrize("kind", ["memory", "sqlite"])
+async def test_store_max_bytes_bounds_the_local_stores(kind: str, tmp_path: Path) -> None:
+    spec = "memory" if kind == "memory" else f"sqlite:{tmp_path / 'bound.db'}"
+    async with (
+        GatewayHarness(store=spec, store_max_bytes=60_000) as gw,
+        AsyncOpenAI(base_url=gw.url, api_key="k", max_retries=0) as client,
+    ):
+        made = [await client.responses.create(model="m", input="x" * 4000) for _ in range(30)]
+        with pytest.raises(openai.NotFoundError):  # the oldest went to make room
+            await client.responses.retrieve(made[0].id)
+        assert (await client.responses.retrieve(made[-1].id)).id == made[-1].id
+        store = gw.gateway.store
+        held = store.bytes_used if isinstance(store, MemoryStore) else store._db.bytes
+        assert held <= 60_000

@@ -45,8 +45,8 @@ def test_a_blob_opens_only_for_its_owner_and_says_nothing_of_whose_it_is() -> No
 
 
 async def test_a_replay_opens_sealed_items_as_the_recorded_client() -> None:
-    from streamer.pipeline import TurnOptions
     from streamer.tap.replay import Recording, replay
+    from streamer.turn import TurnOptions
 
     item = {
         "type": "compaction",

@@ -4,6 +4,8 @@ The gateway must stop accepting connections at once, let the turns in flight (SS
 WebSocket, background) finish until `--shutdown-grace` runs out, then end what is left
 well: SSE and JSON turns as `response.failed`, WebSockets closed with 1001 (going away),
 background responses failed in the store (Redis, read back by another process), and exit 0.
+Every transport's turns are drained alike (one registry, one drain): the same grace, and
+past it the same end (`response.failed`, the same message, stored the same).
 
 `GatewayProcess` / `gateway_process` live in tests/builders.py.
 """
@@ -32,6 +34,8 @@ from scripted_backend import (
     usage,
 )
 from test_faults import BODY, DEADLINE, Outcome, check_error_body, check_events
+
+from streamer.gateway import SHUT_DOWN
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -243,3 +247,113 @@ async def test_sigterm_background_responses_are_not_lost(tmp_path: Path) -> None
                     if status == "failed":
                         assert events[-1]["response"]["error"]["code"] == "server_error"
                         assert "shut down" in events[-1]["response"]["error"]["message"]
+
+
+async def _backend_has(backend: ScriptedBackend, n: int) -> None:
+    """Until `n` requests reached the backend (a hang fails the test at DEADLINE)."""
+    async with asyncio.timeout(DEADLINE):
+        while len(backend.requests) < n:
+            await asyncio.sleep(0.01)
+
+
+async def _stored(
+    session: aiohttp.ClientSession, gw: GatewayProcess, rid: str
+) -> tuple[dict[str, Any], dict[str, Any] | None]:
+    """A response as another instance reads it: its record, and its last logged event for
+    a background one (else None)."""
+    async with session.get(f"{gw.url}/responses/{rid}") as resp:
+        assert resp.status == 200, await resp.text()
+        record = await resp.json()
+    last = None
+    if record.get("background"):
+        async with session.get(f"{gw.url}/responses/{rid}?stream=true") as resp:
+            last = parse_sse(await resp.read())[-1]
+    return record, last
+
+
+@pytest.mark.redis
+@requires_redis
+@pytest.mark.parametrize("fast_http", ["true", "false"])
+async def test_every_transport_ends_a_shut_down_turn_the_same_way(
+    tmp_path: Path, fast_http: str
+) -> None:
+    """SSE, JSON, WebSocket and background turns still running at the deadline: each ends
+    with the same terminal event (`response.failed`, `server_error`, the same message) and
+    is stored the same (failed, with that error), as another instance reads it."""
+    async with RedisServer() as redis, ScriptedBackend() as backend:
+        backend.responder = lambda body: [*text_chunks(["Hel"]), HANG]
+        store = ["--store", redis.url]
+        async with client_session() as session:
+            async with gateway_process(tmp_path / "a.log", "--upstream", backend.base_url,
+                                       "--shutdown-grace", "1", "--fast-http", fast_http,
+                                       *store) as gw:  # fmt: skip
+                resp, seen = await _stream_until_delta(session, gw.url, BODY)
+                json_turn = asyncio.ensure_future(session.post(gw.url + "/responses", json=BODY))
+                ws = await _ws_until_delta(session, gw, BODY)
+                body = {**BODY, "background": True}
+                async with session.post(gw.url + "/responses", json=body) as queued:
+                    background_id = (await queued.json())["id"]
+                await _backend_has(backend, 4)
+
+                gw.process.send_signal(signal.SIGTERM)
+                socket_end = asyncio.ensure_future(_ws_rest(ws))
+                sse = await _finish_stream(resp, seen)
+                async with asyncio.timeout(DEADLINE):
+                    answer = await json_turn
+                    assert answer.status == 200
+                    whole = await answer.json()
+                frames, code = await socket_end
+                assert code == 1001, (code, frames)
+                assert await gw.wait(DEADLINE) == 0, gw.log()
+                assert "Traceback" not in gw.log(), gw.log()
+            assert sse.events[-1]["type"] == frames[-1]["type"] == "response.failed"
+            ended = {
+                "sse": sse.events[-1]["response"],
+                "json": whole,
+                "websocket": frames[-1]["response"],
+            }
+            async with gateway_process(tmp_path / "b.log", "--upstream", backend.base_url,
+                                       *store) as other:  # fmt: skip
+                stored = {k: await _stored(session, other, r["id"]) for k, r in ended.items()}
+                stored["background"] = await _stored(session, other, background_id)
+    error = ended["sse"]["error"]
+    assert (error["code"], error["message"]) == ("server_error", SHUT_DOWN)
+    for transport, response in ended.items():
+        assert (response["status"], response["error"]) == ("failed", error), transport
+    for transport, (record, _) in stored.items():
+        assert (record["status"], record["error"]) == ("failed", error), transport
+    last = stored["background"][1]
+    assert last is not None and last["type"] == "response.failed"
+    assert last["response"]["error"] == error
+
+
+@pytest.mark.redis
+@requires_redis
+async def test_sigterm_gives_a_background_turn_the_grace_a_stream_gets(tmp_path: Path) -> None:
+    """A background turn alone in flight at SIGTERM with `--shutdown-grace 30`: the gateway
+    waits for it, as it would for a stream, and it completes (issue 27, row 2: it ended
+    `failed` at once)."""
+    async with RedisServer() as redis, ScriptedBackend() as backend:
+        backend.responder = lambda body: [  # past aiohttp's own 1 s wait for handlers
+            *text_chunks(["background"]), Sleep(3.0), *text_chunks([" done"], role=False),
+            finish("stop"), usage(3, 2), DONE,
+        ]  # fmt: skip
+        store = ["--store", redis.url]
+        async with client_session() as session:
+            async with gateway_process(tmp_path / "a.log", "--upstream", backend.base_url,
+                                       "--shutdown-grace", "30", *store) as gw:  # fmt: skip
+                body = {**BODY, "background": True}
+                async with session.post(gw.url + "/responses", json=body) as queued:
+                    rid = (await queued.json())["id"]
+                await _backend_has(backend, 1)
+                signalled = time.monotonic()
+                gw.process.send_signal(signal.SIGTERM)
+                assert await gw.wait(40) == 0, gw.log()
+                assert time.monotonic() - signalled < 30  # it left once the turn was done
+                assert "Traceback" not in gw.log(), gw.log()
+            async with gateway_process(tmp_path / "b.log", "--upstream", backend.base_url,
+                                       *store) as other:  # fmt: skip
+                record, last = await _stored(session, other, rid)
+    assert record["status"] == "completed", record
+    assert record["output"][0]["content"][0]["text"] == "background done"
+    assert last is not None and last["type"] == "response.completed"

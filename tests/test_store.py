@@ -10,11 +10,16 @@ from typing import Any
 
 import orjson
 import pytest
+import redis.asyncio as aioredis
 from builders import ManualClock
 from redis_server import RedisServer, free_port, redis_marks, requires_redis
 from redis_server import redis_server as redis_server  # the module-scoped fixture
+from redis_topologies import redis_cluster as redis_cluster  # module-scoped fixtures
+from redis_topologies import redis_sentinel as redis_sentinel
+from redis_topologies import requires_cluster_tools
 
 from streamer.store import (
+    IncompleteRecord,
     MemoryStore,
     ResponseStore,
     StoredResponse,
@@ -28,30 +33,47 @@ pytestmark = pytest.mark.filterwarnings("error::pytest.PytestUnraisableException
 
 class Stores:
     """Opens store "instances" that share one backend: new RedisStore objects on the same
-    server and prefix (as two gateway processes would), or the one MemoryStore per options."""
+    server and prefix (as two gateway processes would), or the one in-process store (memory,
+    SQLite) per options."""
 
     def __init__(self, kind: str, url: str | None) -> None:
         self.kind = kind
         self.url = url
         self.prefix = f"test-{uuid.uuid4().hex[:8]}:"
         self.opened: list[Any] = []
-        self._memory: dict[tuple[tuple[str, Any], ...], MemoryStore] = {}
+        self._local: dict[tuple[tuple[str, Any], ...], Any] = {}
 
     def open(self, **options: Any) -> Any:
-        if self.kind == "memory":
+        if self.kind in ("memory", "sqlite"):
             key = tuple(sorted(options.items()))
-            if key not in self._memory:
-                self._memory[key] = MemoryStore(**options)
-                self.opened.append(self._memory[key])
-            return self._memory[key]
+            if key not in self._local:
+                spec = (
+                    "memory" if self.kind == "memory" else f"sqlite:{self.url}-{len(self.opened)}"
+                )
+                self._local[key] = open_store(spec, **options)
+                self.opened.append(self._local[key])
+            return self._local[key]
         store = open_store(self.url, key_prefix=self.prefix, **options)
         self.opened.append(store)
         return store
 
 
-@pytest.fixture(params=["memory", pytest.param("redis", marks=redis_marks)])
-async def stores(request: pytest.FixtureRequest) -> AsyncIterator[Stores]:
-    url = request.getfixturevalue("redis_server").url if request.param == "redis" else None
+KINDS = [
+    "memory",
+    "sqlite",
+    pytest.param("redis", marks=redis_marks),
+    pytest.param("cluster", marks=[pytest.mark.redis, requires_cluster_tools]),
+    pytest.param("sentinel", marks=redis_marks),
+]
+SERVERS = {"redis": "redis_server", "cluster": "redis_cluster", "sentinel": "redis_sentinel"}
+
+
+@pytest.fixture(params=KINDS)
+async def stores(request: pytest.FixtureRequest, tmp_path: Any) -> AsyncIterator[Stores]:
+    if request.param in SERVERS:
+        url = request.getfixturevalue(SERVERS[request.param]).url
+    else:
+        url = str(tmp_path / "store.db")
     stores = Stores(request.param, url)
     yield stores
     for store in stores.opened:
@@ -89,29 +111,53 @@ async def until_following(store: Any, count: int = 1) -> None:
     """Return once `count` followers wait for live events, as the store itself shows it.
 
     A new follower task on the memory store runs to its first real wait (the log's wake-up)
-    within one turn of the loop. On Redis it waits in a blocking XREAD, which CLIENT LIST
-    shows as `cmd=xread` with the `b` (blocked) flag.
+    within one turn of the loop; on SQLite it first reads the log in the store's thread,
+    then counts itself as waiting. On Redis it waits in a blocking XREAD, which CLIENT LIST
+    (of every node of a Cluster) shows as `cmd=xread` with the `b` (blocked) flag.
     """
     if isinstance(store, MemoryStore):
         await asyncio.sleep(0)  # one loop turn, not a length of time
         return
     async with asyncio.timeout(10):
         while True:
-            clients = await store._r.client_list()
-            blocked = [c for c in clients if c.get("cmd") == "xread" and "b" in c.get("flags")]
-            if len(blocked) >= count:
+            if hasattr(store, "_waiting"):
+                blocked = store._waiting
+            else:
+                blocked = sum(1 for c in await _clients(store) if _blocked_in_xread(c))
+            if blocked >= count:
                 return
             await asyncio.sleep(0.005)  # polling a real condition
 
 
+async def _clients(store: Any) -> list[dict[str, Any]]:
+    if store.target.kind == "cluster":
+        every = await store._r.client_list(target_nodes="all")
+        return [c for node in every.values() for c in node] if isinstance(every, dict) else every
+    return list(await store._r.client_list())
+
+
+def _blocked_in_xread(client: dict[str, Any]) -> bool:
+    return client.get("cmd") == "xread" and "b" in client.get("flags", "")
+
+
 async def until_listening(store: Any) -> None:
-    """Return once the store listens for cancels: on Redis, its subscription is counted."""
-    if isinstance(store, MemoryStore):
+    """Return once the store listens for cancels: on Redis, its subscription is counted
+    (on a Cluster, by the node it subscribed at: summed over them all)."""
+    if not hasattr(store, "_channel"):
         await asyncio.sleep(0)  # one loop turn: the waiter task reaches its Event
         return
     async with asyncio.timeout(10):
-        while (await store._r.pubsub_numsub(store._channel))[0][1] < 1:
+        while await _subscribers(store) < 1:
             await asyncio.sleep(0.005)  # polling a real condition
+
+
+async def _subscribers(store: Any) -> int:
+    if store.target.kind == "cluster":
+        every = await store._r.pubsub_numsub(store._channel, target_nodes="all")
+        if isinstance(every, dict):
+            return sum(int(n) for reply in every.values() for _, n in reply)
+        return sum(int(n) for _, n in every)
+    return int((await store._r.pubsub_numsub(store._channel))[0][1])
 
 
 # -- records -------------------------------------------------------------------------------
@@ -622,23 +668,76 @@ async def test_silent_redis_times_out_instead_of_hanging() -> None:
 
 @requires_redis
 @pytest.mark.redis
-async def test_redis_reads_records_that_still_hold_the_old_tool_map(
+async def test_redis_record_missing_a_part_reads_as_absent_and_is_counted(
     redis_server: RedisServer,
 ) -> None:
-    # Records stored before the tool-map snapshot was dropped carry a "names" field.
-    store = open_store(redis_server.url, key_prefix=f"old-{uuid.uuid4().hex[:8]}:")
+    # One key holds a record whole; a hash that lost a field (not something eviction does,
+    # but a foreign write may) is never served as a record with a shorter history.
+    seen: list[str] = []
+    store = open_store(redis_server.url, key_prefix=f"part-{uuid.uuid4().hex[:8]}:")
+    store.on_incomplete = seen.append
     try:
         rid = new_id()
-        await store.put(record(rid, [{"role": "user", "content": "x"}]))
-        key = store._key("resp", rid)
-        await store._r.hset(key, "names", orjson.dumps({"tools": [["mcp__docs__search"]]}))
-        got = await store.get(rid)
-        assert got is not None and got.response["id"] == rid
-        assert [item["content"] for item in got.input_items] == ["x"]
-        await store.put(record(rid))  # rewritten: the old field is no longer read or written
-        assert (await store.get(rid)) is not None
+        await store.put(record(rid, [{"type": "message", "role": "user", "content": "x"}]))
+        await store._r.hdel(store._key("rec", rid), "i")
+        assert await store.get(rid) is None
+        assert await store.input_items(rid) is None
+        assert seen == ["record"]
     finally:
         await store.close()
+
+
+@requires_redis
+@pytest.mark.redis
+async def test_redis_event_log_lost_while_its_record_stayed_is_not_replayed_with_a_hole(
+    redis_server: RedisServer,
+) -> None:
+    # As an evicting server does: the stream key goes, the record stays. A writer does
+    # not begin the log again from the middle, and a follower is told it is incomplete.
+    seen: list[str] = []
+    store = open_store(redis_server.url, key_prefix=f"log-{uuid.uuid4().hex[:8]}:",
+                       block_seconds=0.2)  # fmt: skip
+    store.on_incomplete = seen.append
+    try:
+        rid = new_id()
+        await store.put(record(rid, status="in_progress", background=True))
+        await store.append_event(rid, 0, event(0))
+        await store._r.delete(store._key("events", rid))
+        await store.append_event(rid, 1, event(1))
+        assert await store._r.exists(store._key("events", rid)) == 0
+        await store.put(record(rid, status="completed", background=True))
+        with pytest.raises(IncompleteRecord):
+            await collect(store.events(rid))
+        assert seen == ["events", "events"]
+    finally:
+        await store.close()
+
+
+@requires_redis
+@pytest.mark.redis
+async def test_redis_write_probe_fails_when_a_full_server_refuses_writes() -> None:
+    # Issue 27 row 4: with maxmemory and noeviction, reads go on and writes are refused;
+    # the probe (what /readyz asks) must say no.
+    async with RedisServer(extra_args=("--maxmemory-policy", "noeviction")) as server:
+        store = open_store(server.url)
+        try:
+            assert await store.ping() is True
+            async with aioredis.Redis.from_url(server.url) as r:
+                used = int((await r.info("memory"))["used_memory"])
+                await r.config_set("maxmemory", str(used // 2))  # full at once
+            assert await store.ping() is False
+            with pytest.raises(StoreUnavailable):
+                await store.put(record(new_id()))
+        finally:
+            await store.close()
+
+
+async def test_shared_secret_is_set_once_for_every_instance(stores: Stores) -> None:
+    a, b = stores.open(), stores.open()
+    first = await a.shared_secret("state-key", b"a" * 44)
+    assert first == b"a" * 44
+    assert await b.shared_secret("state-key", b"b" * 44) == first
+    assert await a.shared_secret("other", b"c" * 44) == b"c" * 44
 
 
 @requires_redis

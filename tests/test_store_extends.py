@@ -60,7 +60,9 @@ async def _apply(stores: list[MemoryStore], ops: list[Any]) -> None:
         extends = None
         if base is not None and hint != "none":
             extends = (base.id, len(base.input_items) + (hint == "wrong"))
-        plain, hinted = (StoredResponse(_response(rid, n), items, "o", e) for e in (None, extends))
+        plain, hinted = (
+            StoredResponse(_response(rid, n), items, "o", extends=e) for e in (None, extends)
+        )
         await stores[0].put(plain)
         await stores[1].put(hinted)
         records.append(plain)
@@ -88,7 +90,9 @@ def test_a_continued_record_shares_the_bytes_of_the_one_it_extends() -> None:
         await store.put(StoredResponse(_response("resp_a", 0), first, "o"))
         history = [*first, *_response("resp_a", 0)["output"]]
         more = with_item_ids([_item(1, 1)])
-        record = StoredResponse(_response("resp_b", 1), [*history, *more], "o", ("resp_a", 50))
+        record = StoredResponse(
+            _response("resp_b", 1), [*history, *more], "o", extends=("resp_a", 50)
+        )
         await store.put(record)
         a, b = store._entries["resp_a"], store._entries["resp_b"]
         assert b.items[0] is a.items[0] and len(b.items) == 2  # shared, and the new piece
@@ -112,7 +116,7 @@ def test_the_pieces_of_a_long_chain_are_joined_now_and_then() -> None:
             history = [*previous.input_items, *previous.response["output"]]
             items = [*history, *with_item_ids([_item(turn, 1)])]
             extends = (previous.id, len(previous.input_items))
-            previous = StoredResponse(_response(f"resp_{turn}", turn), items, "o", extends)
+            previous = StoredResponse(_response(f"resp_{turn}", turn), items, "o", extends=extends)
             await store.put(previous)
             assert len(store._entries[previous.id].items) <= 33
         got = await store.get(previous.id)

@@ -27,7 +27,8 @@ from streamer.core.output_items import OutputLimits
 from streamer.core.response import new_response
 from streamer.core.tools import ResponsesToolNames
 from streamer.options import turn_options
-from streamer.pipeline import TurnOptions, prepare, stream_events
+from streamer.turn import TurnOptions, prepare
+from streamer.turn_runner import stream_events
 from streamer.upstream.batch import Batch
 from streamer.upstream.body_budget import ByteBudget
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import signal
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -19,7 +20,17 @@ import orjson
 import pytest
 from builders import TWO_NAMESPACES, GatewayProcess, gateway_process
 from redis_server import RedisServer, redis_marks
-from scripted_backend import HANG, ScriptedBackend, Sleep, text_chunks, tool_call_chunks
+from scripted_backend import (
+    DONE,
+    HANG,
+    ScriptedBackend,
+    Sleep,
+    finish,
+    reasoning_chunks,
+    text_chunks,
+    tool_call_chunks,
+    usage,
+)
 
 pytestmark = redis_marks
 
@@ -180,3 +191,89 @@ async def test_cancel_ends_a_turn_whose_instance_died(
 
 async def _collect(events: AsyncIterator[tuple[dict[str, Any], bytes]]) -> list[dict[str, Any]]:
     return [event async for event, _ in events]
+
+
+# -- what a shared store shares besides responses (issue 27 rows 8 and 9) --------------------
+
+HISTORY = [
+    {"type": "message", "role": "user", "content": "Fix the parser in src/parse.py"},
+    {"type": "message", "role": "assistant", "content": "Done with step one."},
+]
+
+
+async def test_sealed_items_made_on_one_instance_open_on_the_other(
+    cluster: tuple[ScriptedBackend, GatewayProcess, GatewayProcess],
+) -> None:
+    # Row 8: with default settings (no --state-key-file) a compaction item or a sealed
+    # reasoning item from A was a 400 invalid_encrypted_content on B; the state key now
+    # lives in the shared store.
+    backend, a, b = cluster
+    summary = [*text_chunks(["Goal: ship the parser."]), finish("stop"), usage(9, 3), DONE]
+    thought = [*reasoning_chunks(["think hard"]), *text_chunks(["ok"]), finish("stop"),
+               usage(5, 2), DONE]  # fmt: skip
+    fine = [*text_chunks(["fine"]), finish("stop"), DONE]
+    backend.script(summary, thought, fine, fine)
+    async with aiohttp.ClientSession() as http, asyncio.timeout(30):
+        compact = {"model": "m", "input": HISTORY}
+        async with http.post(f"{a.url}/responses/compact", json=compact) as reply:
+            assert reply.status == 200
+            compaction = (await reply.json())["output"][-1]
+        assert compaction["type"] == "compaction"
+        body = {"model": "m", "input": "hi", "store": False,
+                "include": ["reasoning.encrypted_content"]}  # fmt: skip
+        async with http.post(f"{a.url}/responses", json=body) as reply:
+            reasoning = (await reply.json())["output"][0]
+        assert reasoning["type"] == "reasoning" and reasoning["encrypted_content"]
+
+        for item in (compaction, reasoning):
+            go_on = {"model": "m", "input": [item, {"role": "user", "content": "Next."}]}
+            async with http.post(f"{b.url}/responses", json=go_on) as reply:
+                answer = await reply.json()
+                assert reply.status == 200, answer
+    seen = [str(m.get("content")) for m in backend.requests[2]["messages"]]
+    assert any("Goal: ship the parser." in text for text in seen)
+
+
+AFFINITY_CONFIG = """
+default_model = "m"
+
+[[models]]
+name = "m"
+upstreams = ["{u0}", "{u1}"]
+"""
+
+
+async def test_a_chain_keeps_to_one_replica_across_instances(tmp_path: Path) -> None:
+    # Row 9: a previous_response_id chain switched replicas 5-10 times in 11 turns across
+    # two instances (0 on one), so backend prefix caches went cold; the chain's affinity
+    # key now travels in its stored records.
+    async with RedisServer() as redis, ScriptedBackend() as r0, ScriptedBackend() as r1:
+        config = tmp_path / "models.toml"
+        config.write_text(AFFINITY_CONFIG.format(u0=r0.base_url, u1=r1.base_url))
+        args = ("--config", str(config), "--store", redis.url, "--profile-probe", "off",
+                "--health-interval", "0")  # fmt: skip
+        async with contextlib.AsyncExitStack() as stack:
+            gateways = await asyncio.gather(
+                stack.enter_async_context(gateway_process(tmp_path / "a.log", *args)),
+                stack.enter_async_context(gateway_process(tmp_path / "b.log", *args)),
+            )
+            previous: str | None = None
+            async with aiohttp.ClientSession() as http, asyncio.timeout(60):
+                for turn in range(11):
+                    body: dict[str, Any] = {"model": "m", "input": f"turn {turn}"}
+                    if previous is not None:
+                        body["previous_response_id"] = previous
+                    gateway = gateways[turn % 2]  # every turn on the other instance
+                    async with http.post(f"{gateway.url}/responses", json=body) as reply:
+                        assert reply.status == 200
+                        previous = (await reply.json())["id"]
+    served = [
+        index
+        for turn in range(11)
+        for index, replica in enumerate((r0, r1))
+        for request in replica.requests
+        if request["messages"][-1]["content"] == f"turn {turn}"
+    ]
+    assert len(served) == 11
+    switches = sum(1 for x, y in itertools.pairwise(served) if x != y)
+    assert switches == 0, served

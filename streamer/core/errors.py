@@ -104,3 +104,19 @@ def shutting_down(advice: str = "retry the request") -> RequestError:
         type="server_error",
         code="server_shutting_down",
     )
+
+
+STORE_UNAVAILABLE = "store_unavailable"
+"""The code of every store outage a client sees: a 503 before the turn, a background
+turn's `failed` response, a follower's `error` event."""
+
+
+def store_unavailable(reason: object) -> RequestError:
+    """A store outage as the client sees it (`reason`: the store's `StoreUnavailable`): a
+    503, never a hang."""
+    return RequestError(
+        f"The response store is unavailable: {reason}",
+        status=503,
+        type="server_error",
+        code=STORE_UNAVAILABLE,
+    )

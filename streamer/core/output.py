@@ -50,7 +50,7 @@ from streamer.core.deltas import (
     WholeItem,
 )
 from streamer.core.errors import failure
-from streamer.core.events import Event
+from streamer.core.events import CANCELLED, CANCELLED_EVENT, Event
 from streamer.core.output_items import (
     INCOMPLETE,
     LIMIT_REASON,
@@ -261,12 +261,9 @@ class OutputItemStreamer:
         self._end("failed", failure(code, message, type))
 
     def cancel(self) -> list[Event]:
-        """A cancelled background turn: `response.failed` whose response is `cancelled`.
-
-        The event grammar has no cancelled event; `response.failed` is the terminal event
-        every client already handles.
-        """
-        self._end("cancelled", None)
+        """A cancelled turn: `CANCELLED_EVENT` (`response.failed`) whose response is
+        `cancelled`, with no error (core/events.py)."""
+        self._end(CANCELLED, None)
         return self._take()
 
     def _end(self, status: str, error: dict[str, Any] | None) -> None:
@@ -274,7 +271,7 @@ class OutputItemStreamer:
             return
         self._close_all("incomplete")
         self.response["error"] = error
-        self._terminal(status, "response.failed")
+        self._terminal(status, CANCELLED_EVENT if status == CANCELLED else "response.failed")
 
     # -- deltas -------------------------------------------------------------------
 

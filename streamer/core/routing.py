@@ -108,17 +108,23 @@ class Chains:
         self.keys: OrderedDict[str, str] = OrderedDict()
 
     def key_for(
-        self, response_id: str, request: Mapping[str, Any], session: str | None
+        self,
+        response_id: str,
+        request: Mapping[str, Any],
+        session: str | None,
+        inherited: str | None = None,
     ) -> str | None:
         """The turn's affinity key, remembered for the response it makes: its cache key,
         its chain's (a chain starts at its first response), its socket's; None (fewest in
-        flight) only for a turn nothing can continue (`store: false`, no cache key)."""
+        flight) only for a turn nothing can continue (`store: false`, no cache key).
+        `inherited`: the continued response's key as its record kept it (the store's word,
+        so a chain keeps its key on every instance; the local memory is its fallback)."""
         cache_key = request.get("prompt_cache_key")
         previous = request.get("previous_response_id")
         if isinstance(cache_key, str) and cache_key:
             key = "cache:" + cache_key
         elif isinstance(previous, str) and previous:
-            key = self.keys.get(previous) or "chain:" + previous
+            key = inherited or self.keys.get(previous) or "chain:" + previous
         elif session is not None:
             key = "socket:" + session
         elif request.get("store") is False:

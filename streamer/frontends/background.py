@@ -12,9 +12,10 @@ gone for longer than both leaves the record as it last was. A follower always en
 a terminal event or an `error` event, never a stream that just stops.
 
 The turn itself runs through `Gateway.run` (given to `start`, so this module needs no
-gateway) into `_LogSink`; a watcher task cancels it when a cancel is asked for. A cancel
-waits `--background-cancel-wait` seconds for the running instance before ending an
-orphaned response itself.
+gateway) into `_LogSink`, and `Gateway.run` ends it, however it ends: a watcher task asks
+the in-flight registry to stop it when a cancel is asked for, and the shutdown drains it
+with every other turn (`--shutdown-grace`). A cancel waits `--background-cancel-wait`
+seconds for the running instance before ending an orphaned response itself.
 
 How many run at once is capped, in all and per client (`TurnCaps`, background_caps.py):
 a create beyond is a 429 before anything is stored.
@@ -34,14 +35,22 @@ import orjson
 from aiohttp import web
 
 from streamer.core import sse
-from streamer.core.errors import RequestError, invalid
-from streamer.core.events import Event
+from streamer.core.errors import STORE_UNAVAILABLE, invalid
+from streamer.core.events import (
+    CANCELLED,
+    CANCELLED_EVENT,
+    STREAM_END_TYPES,
+    TERMINAL_EVENT_TYPES,
+    Event,
+)
 from streamer.core.response import usage_object
 from streamer.frontends.background_caps import TurnCaps
-from streamer.pipeline import Sink, Turn
+from streamer.in_flight import InFlight, Stop
 from streamer.records import stored
-from streamer.store import TERMINAL_EVENT_TYPES, ResponseStore, StoreUnavailable
+from streamer.store import ResponseStore, StoreUnavailable
 from streamer.store.base import event_type
+from streamer.turn import Turn
+from streamer.turn_runner import Sink
 
 log = logging.getLogger("streamer.frontends.background")
 T = TypeVar("T")
@@ -58,7 +67,6 @@ SSE_HEADERS = {
 # Waits between retries of a write to a stalled store: short first (a blip), then steady.
 RETRY_FIRST = 0.05
 RETRY_MAX = 1.0
-STORE_FAILED = "store_unavailable"
 DEFAULT_CAP = 256  # background turns, when no cap is given (the app's come from the fd budget)
 
 
@@ -100,9 +108,10 @@ class Background:
         # --background-max-turns / --background-max-per-client (the app's: the fd budget's)
         self.caps = caps or TurnCaps(DEFAULT_CAP, DEFAULT_CAP // 4)
 
-    async def start(self, turn: Turn, run: TurnRun) -> bytes:
-        """Accept a background turn: stored as queued, then `run` in its own task; the
-        queued snapshot (what the client is answered)."""
+    async def start(self, turn: Turn, run: TurnRun, in_flight: InFlight) -> bytes:
+        """Accept a background turn: stored as queued, then `run` in its own task, held by
+        `in_flight` from now (the shutdown drains it like any turn); the queued snapshot
+        (what the client is answered)."""
         self._admit(turn)
         response_id, client = turn.response["id"], turn.client
         queued = turn.streamer.queued()
@@ -117,7 +126,10 @@ class Background:
             _close_recording(turn)
             raise
         body = orjson.dumps(turn.response)  # the queued snapshot, before the task runs
-        task = asyncio.create_task(self._run(turn, run), name=f"background {response_id}")
+        task = asyncio.create_task(
+            self._run(turn, run, in_flight), name=f"background {response_id}"
+        )
+        in_flight.hold(task)
         self.tasks[response_id] = task
 
         def ended(_: asyncio.Task[None]) -> None:
@@ -140,51 +152,28 @@ class Background:
                 log.warning(refusal.log_line())
             raise refusal.error()
 
-    async def _run(self, turn: Turn, run: TurnRun) -> None:
-        """The turn's task, and a watcher that cancels it when a cancel is asked for;
-        never raises but CancelledError (the gateway is shutting down)."""
+    async def _run(self, turn: Turn, run: TurnRun, in_flight: InFlight) -> None:
+        """The turn's task. `run` (`Gateway.run`) ends the turn, however it ends: a watcher
+        asks `in_flight` to stop it when a cancel is asked for, and the shutdown does the
+        same at its deadline."""
         response_id = turn.response["id"]
-        running = asyncio.create_task(self._turn(turn, run))
+        task = asyncio.current_task()
+        assert task is not None
         watcher = asyncio.create_task(self._cancel_requested(response_id))
+        watcher.add_done_callback(functools.partial(_asked_to_cancel, in_flight, task))
         try:
-            await asyncio.wait({running, watcher}, return_when=asyncio.FIRST_COMPLETED)
-            if not running.done():  # cancelled: stop the backend now, end `cancelled`
-                await _stop(running)
-                await self.log(turn, turn.streamer.cancel())
-        except asyncio.CancelledError:
-            await _stop(running)
-            with contextlib.suppress(Exception):
-                await self.log(turn, turn.streamer.fail("server_error", "The gateway shut down."))
-            raise
+            await run(turn, _LogSink(self, turn))
+        except StoreUnavailable as exc:  # its end could not be logged either
+            log.error("background response %s: the store did not come back: %s",
+                      response_id, exc)  # fmt: skip
+        except Exception as exc:
+            log.warning("background response %s failed: %r", response_id, exc)
         finally:
             watcher.cancel()
             self.unlogged.pop(response_id, None)
             _close_recording(turn)
             with contextlib.suppress(Exception):
                 await self.store.end_events(response_id)
-
-    async def _turn(self, turn: Turn, run: TurnRun) -> None:
-        """Run the turn into the log; every failure ends it `failed` (the backend is
-        released first: `run` has closed it by the time it raises)."""
-        try:
-            await self._attempt(turn, run)
-        except StoreUnavailable as exc:  # still unavailable after the wait
-            log.error("background response %s: the store did not come back: %s",
-                      turn.response["id"], exc)  # fmt: skip
-            await self._fail(turn, STORE_FAILED, "The response store was unavailable.")
-        except Exception as exc:
-            log.warning("background response %s failed: %r", turn.response["id"], exc)
-            await self._fail(turn, "server_error", "Internal error.")
-
-    async def _attempt(self, turn: Turn, run: TurnRun) -> None:
-        """`run` into the log; a refusal before streaming is logged as the turn's failure."""
-        try:
-            await run(turn, _LogSink(self, turn))
-        except RequestError as exc:  # the backend refused before streaming
-            streamer = turn.streamer
-            batch = streamer.start() if streamer.sequence_number <= 1 else []
-            batch += streamer.fail(exc.code or "server_error", exc.message, exc.type)
-            await self.log(turn, batch)
 
     async def _cancel_requested(self, response_id: str) -> None:
         """Return once a cancel was asked for; a store outage only delays noticing it."""
@@ -198,11 +187,6 @@ class Background:
 
     async def _put(self, turn: Turn) -> None:
         await self.store.put(stored(turn))
-
-    async def _fail(self, turn: Turn, code: str, message: str) -> None:
-        """End the turn `failed`, logging whatever is still unlogged first."""
-        with contextlib.suppress(Exception):
-            await self.log(turn, turn.streamer.fail(code, message))
 
     async def log(self, turn: Turn, events: list[Event], *, wait: float | None = None) -> None:
         """Append events to the store's log in order. An event leaves the turn's queue only
@@ -250,11 +234,21 @@ class Background:
         return await store.get_response(response_id) or response
 
     async def close(self) -> None:
+        """After the shutdown's drain: whatever it left (a turn still writing its end to a
+        stalled store) is cancelled, its record as it last was."""
         for task in list(self.tasks.values()):
             task.cancel()
         for task in list(self.tasks.values()):
             with contextlib.suppress(BaseException):
                 await task
+
+
+def _asked_to_cancel(
+    in_flight: InFlight, task: asyncio.Task[None], watcher: asyncio.Task[None]
+) -> None:
+    """The watcher returned (a cancel was asked for): the registry stops the turn."""
+    if not watcher.cancelled():
+        in_flight.stop(task, Stop.CANCEL)
 
 
 def _close_recording(turn: Turn) -> None:
@@ -284,13 +278,6 @@ async def _retrying(write: Callable[[], Awaitable[T]], window: float, response_i
             delay = min(delay * 2, RETRY_MAX)
 
 
-async def _stop(task: asyncio.Task[None]) -> None:
-    """Cancel the turn's task (its run closes the backend request) and wait for its end."""
-    if not task.done():
-        task.cancel()
-        await asyncio.wait({task})
-
-
 def _log_of(
     store: ResponseStore, response_id: str, after: int = -1
 ) -> AsyncGenerator[tuple[int, bytes], None]:
@@ -306,11 +293,11 @@ async def _end_orphan(store: ResponseStore, response_id: str, last: int) -> None
     response = record.response
     if response.get("status") not in RUNNING:
         return
-    response["status"] = "cancelled"
+    response["status"] = CANCELLED
     response["error"] = None  # as OpenAI's cancelled responses: the status says it
     response["usage"] = response.get("usage") or usage_object()
     await store.put(record)
-    event = {"type": "response.failed", "response": response, "sequence_number": last + 1}
+    event = {"type": CANCELLED_EVENT, "response": response, "sequence_number": last + 1}
     await store.append_event(response_id, last + 1, orjson.dumps(event))
     await store.end_events(response_id)
 
@@ -330,14 +317,14 @@ async def follow(
             async for last, data in logged:
                 kind = event_type(data)
                 await reply.write(sse.encode(Event(kind or "message", data, last)))
-            if kind not in TERMINAL_EVENT_TYPES:
+            if kind not in STREAM_END_TYPES:
                 error = await _unfinished(store, response_id)
                 if error is not None:
                     await reply.write(_error_event(last + 1, *error))
         except StoreUnavailable as exc:  # headers are out: end the stream with an error event
             log.warning("following %s: %s", response_id, exc)
             message = "The response store became unavailable while streaming."
-            await reply.write(_error_event(last + 1, STORE_FAILED, message))
+            await reply.write(_error_event(last + 1, STORE_UNAVAILABLE, message))
         except ConnectionResetError:  # the follower left; the turn itself goes on
             return reply
     await reply.write_eof()
@@ -351,7 +338,7 @@ async def _unfinished(store: ResponseStore, response_id: str) -> tuple[str, str]
     if response is None:
         return "not_found", "The response was deleted while streaming."
     if response.get("status") in RUNNING:
-        return STORE_FAILED, "The response's event log ended before the response did."
+        return STORE_UNAVAILABLE, "The response's event log ended before the response did."
     return None
 
 

@@ -3,7 +3,7 @@
 The hot route's fixed cost was mostly the server's: aiohttp's request and response
 objects, three middlewares, the body reader and the response's prepare/write/write_eof.
 Here one task per request does what they did, once: the request id, the client key,
-the door's busy marks and body timeout, in-flight tracking and the shutdown 503, the
+the door's busy marks and body timeout, the shutdown 503, the
 request metrics and access log line, OpenAI's error shape, then `Gateway.prepare` and
 `Gateway.run` as the aiohttp route calls them, the SSE answer written to the transport
 (the head with the first batch, one chunk per batch, the last chunk with the last batch).
@@ -29,7 +29,7 @@ from aiohttp.http import SERVER_SOFTWARE
 from streamer import logs
 from streamer.config import Settings
 from streamer.core import json_bounds, sse
-from streamer.core.errors import RequestError, invalid, shutting_down
+from streamer.core.errors import RequestError, invalid, shutting_down, store_unavailable
 from streamer.core.events import Event
 from streamer.core.replayed_json import MIN_BYTES, ReplayedBodies
 from streamer.core.response import new_id
@@ -44,11 +44,11 @@ from streamer.frontends.request_head import (
     parse,
     response_head,
 )
-from streamer.gateway import Gateway, store_unavailable
+from streamer.gateway import Gateway
 from streamer.identity import client_identity
 from streamer.logs import choose_request_id
-from streamer.pipeline import JSONSink
 from streamer.store import StoreUnavailable
+from streamer.turn_runner import JSONSink
 
 log = logging.getLogger("streamer.frontends.fast_http")
 
@@ -233,21 +233,20 @@ class FastRoute:
             request, client=gateway.client(who, headers), authorization=authorization
         )
         gateway.stats["http_turns"] += 1
-        with gateway.in_flight.tracking():
-            if not request.get("stream"):
-                await gateway.run(turn, JSONSink(), "json")
-                conn.send_whole(self.whole(200, json_body(turn.response), rid, head.close))
-                return 200
-            sink = _SSESink(conn, self.sse_head(rid, head.close))
-            try:
-                await gateway.run(turn, sink, "sse")
-            except ConnectionResetError:  # the client left between two writes
-                if not sink.answered:
-                    raise
-                return 200
-            if not sink.ended:  # `run` sends the terminal event, or raises
-                await sink.write(chunk(b"", True))
+        if not request.get("stream"):
+            await gateway.run(turn, JSONSink(), "json")
+            conn.send_whole(self.whole(200, json_body(turn.response), rid, head.close))
             return 200
+        sink = _SSESink(conn, self.sse_head(rid, head.close))
+        try:
+            await gateway.run(turn, sink, "sse")
+        except ConnectionResetError:  # the client left between two writes
+            if not sink.answered:
+                raise
+            return 200
+        if not sink.ended:  # `run` sends the terminal event, or raises
+            await sink.write(chunk(b"", True))
+        return 200
 
     def late(self, conn: FastProtocol, head: Head) -> None:
         """The body did not arrive in time: the 408 read_json answers, then the close."""

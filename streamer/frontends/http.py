@@ -21,7 +21,8 @@ from streamer.frontends.frontdoor import FRONT_DOOR
 from streamer.gateway import Gateway
 from streamer.identity import CLIENT
 from streamer.models_config import catalog_entries
-from streamer.pipeline import JSONSink, Turn
+from streamer.turn import Turn
+from streamer.turn_runner import JSONSink
 from streamer.worker import WORKER_INFO
 
 log = logging.getLogger("streamer.frontends.http")
@@ -127,11 +128,10 @@ async def create_response(request: web.Request) -> web.StreamResponse:
         if not turn.request.get("stream"):
             return web.Response(body=snapshot, content_type="application/json")
         return await follow(request, gateway.store, turn.response["id"], after=-1)
-    with gateway.in_flight.tracking():
-        if not body.get("stream"):
-            await gateway.run(turn, JSONSink(), "json")
-            return json_response(turn.response)
-        return await stream_sse(request, gateway, turn)
+    if not body.get("stream"):
+        await gateway.run(turn, JSONSink(), "json")
+        return json_response(turn.response)
+    return await stream_sse(request, gateway, turn)
 
 
 async def compact(request: web.Request) -> web.Response:
@@ -148,8 +148,7 @@ async def compact(request: web.Request) -> web.Response:
         authorization=headers.get("Authorization"),
     )
     gateway.stats["http_turns"] += 1
-    with gateway.in_flight.tracking():
-        await gateway.run(turn, JSONSink(), "json")
+    await gateway.run(turn, JSONSink(), "json")
     return json_response(compacted(turn.response, turn.items))
 
 
@@ -230,7 +229,7 @@ def fresh(probed_at: float | None, now: float, seconds: float) -> bool:
 
 
 class ReadyProbe:
-    """The readiness probe (backend `GET /models`, store ping) behind `/readyz`.
+    """The readiness probe (backend `GET /models`, a store write) behind `/readyz`.
 
     `/readyz` needs no key: without a cache, every call would be a backend request.
     An answer is kept `--readyz-cache-seconds`; calls meanwhile share the probe in flight.
@@ -256,10 +255,7 @@ class ReadyProbe:
     async def _probe(self, gateway: Gateway) -> tuple[bool, bool]:
         try:
             backend = await gateway.upstreams.ping()
-            try:
-                store = await gateway.store.ping()
-            except Exception:
-                store = False
+            store = await gateway.store_health.probe()  # a write: can the store keep one
             self._result = (backend, store)
             self._at = asyncio.get_running_loop().time()
             return self._result
@@ -271,7 +267,7 @@ READY_PROBE = web.AppKey("ready_probe", ReadyProbe)
 
 
 async def readyz(request: web.Request) -> web.Response:
-    """Ready when the backend answers and the store is reachable (503 otherwise)."""
+    """Ready when the backend answers and the store takes a write (503 otherwise)."""
     backend, store = await request.app[READY_PROBE].check(request.app[GATEWAY])
     ready = backend and store
     return json_response(

@@ -40,7 +40,7 @@ from streamer.frontends.ws_queue import QUEUE_FULL, Admission, QueueBudget
 from streamer.frontends.ws_session import History, Lane, Queued, Refused, SessionRules
 from streamer.gateway import Gateway
 from streamer.identity import CLIENT
-from streamer.pipeline import Turn, warmup
+from streamer.turn import Turn
 
 log = logging.getLogger("streamer.frontends.websocket")
 
@@ -113,6 +113,7 @@ class Session:
     async def receive(self, raw: str | bytes) -> bool:
         """Queue one client frame on its lane, if the budget takes it; False: close now."""
         rules = self.rules
+        rules.closing = rules.closing or self.gateway.in_flight.closing  # the one registry's
         admission, size = rules.offer(raw)
         if admission is not Admission.ACCEPT:
             await self.reject(size, admission)
@@ -160,28 +161,16 @@ class Session:
     async def create(self, frame: dict[str, Any], lane: Lane) -> None:
         """Run one create to its end; every failure becomes an event on this lane."""
         previous = frame.get("previous_response_id") or None
-        turn: Turn | None = None
         try:
             turn = await self.prepare(frame, previous)
             self.gateway.stats["ws_turns"] += 1
             sink = _LaneSink(self, turn, previous, lane)
-            if frame.get("generate") is False:  # no backend call: nothing to observe
-                events = warmup(turn)
-                await self.gateway.remember(turn)
-                await sink.send(events, True)
-            else:
-                await self.gateway.run(turn, sink, "websocket", keep=_not_failed)
-        except RequestError as exc:  # invalid, or the backend refused before any event
+            generate = frame.get("generate") is not False  # False: a warmup, no backend call
+            await self.gateway.run(turn, sink, "websocket", generate=generate)
+        except RequestError as exc:  # invalid, or refused before any event
             self.rules.evict(previous, lane)
             await self.send_error(exc, lane)
         except ConnectionError:
-            raise
-        except asyncio.CancelledError:
-            if self.rules.closing and turn is not None and not turn.streamer.done:
-                # The shutdown deadline passed: end the turn well-formed before 1001.
-                with contextlib.suppress(Exception):
-                    events = turn.streamer.fail("server_error", "The gateway shut down.")
-                    await self.send(events, lane)
             raise
         except Exception:
             log.exception("websocket create failed")
@@ -254,10 +243,9 @@ class Session:
         if not self.ws.closed:
             await self.ws.send_frame(orjson.dumps(event), WSMsgType.TEXT)
 
-    async def shutdown(self, grace: float) -> None:
+    async def shutdown(self) -> None:
+        """After the gateway's drain (its turns have ended): close 1001."""
         self.rules.closing = True
-        if self.workers:
-            await asyncio.wait(list(self.workers), timeout=grace)
         await self.close()
         await self.ws.close(code=WSCloseCode.GOING_AWAY, message=b"server shutting down")
 
@@ -270,11 +258,6 @@ class Session:
             with contextlib.suppress(BaseException):
                 await worker
         self.rules.clear()
-
-
-def _not_failed(turn: Turn) -> bool:
-    """A WebSocket turn is stored at its end unless it failed."""
-    return turn.response["status"] != "failed"
 
 
 class _LaneSink:
@@ -328,7 +311,8 @@ async def responses_socket(request: web.Request) -> web.StreamResponse:
 
 
 async def _close_sessions(app: web.Application) -> None:
-    """On shutdown: let turns in flight finish (within the grace period), then close 1001.
+    """On shutdown, once the gateway's drain has let the turns in flight end (app.py):
+    close every socket 1001.
 
     Without this the server would wait its whole shutdown timeout for socket handlers,
     which never end on their own. 1001 (going away) is a code clients reconnect on.
@@ -336,8 +320,7 @@ async def _close_sessions(app: web.Application) -> None:
     live: set[Session] = app[SESSIONS]
     sessions = list(live)
     if sessions:
-        grace = sessions[0].gateway.settings.shutdown_grace
-        await asyncio.gather(*(s.shutdown(grace) for s in sessions), return_exceptions=True)
+        await asyncio.gather(*(s.shutdown() for s in sessions), return_exceptions=True)
 
 
 def add_routes(app: web.Application) -> None:

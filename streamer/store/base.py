@@ -2,28 +2,22 @@
 
 from __future__ import annotations
 
+import logging
 import uuid
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol, runtime_checkable
 
 import orjson
 
 from streamer.core.call_kinds import CALL_KINDS
+from streamer.core.events import STREAM_END_TYPES
 
 Order = Literal["asc", "desc"]
+Incomplete = Callable[[str], None]
+"""Told what was found incomplete (`record`, `events`): the gateway counts it (a metric)."""
 
-# Event types after which a response stream carries nothing more. `error` counts: a bare
-# `error` event ends a stream that may never see `response.failed`.
-TERMINAL_EVENT_TYPES = frozenset(
-    {
-        "response.completed",
-        "response.incomplete",
-        "response.failed",
-        "response.cancelled",
-        "error",
-    }
-)
+log = logging.getLogger("streamer.store")
 
 # Id prefixes for input items stored without an id (input_items pages need a cursor): a
 # call's and its output's are its kind's (streamer/core/call_kinds.py).
@@ -41,17 +35,25 @@ class StoreUnavailable(Exception):
     """The store cannot be reached or did not answer in time (the shell answers 503)."""
 
 
+class IncompleteRecord(StoreUnavailable):
+    """What the store holds of a response is not all it wrote (an event log that lost
+    entries, evicted by the server): raised by a follower's read, never served as whole."""
+
+
 @dataclass(slots=True)
 class StoredResponse:
     """What a stored response keeps: the Response, its input as listed, and its owner.
 
     `owner` is the identity of the client that created it (streamer/identity.py); "" (an
     anonymous gateway) or None (a record older than owners) belongs to everyone.
+    `affinity` is the replica-affinity key its turn was routed by (core/routing.py), so a
+    continuation keeps to that replica on whichever instance it arrives at.
     """
 
     response: dict[str, Any]
     input_items: list[dict[str, Any]] = field(default_factory=list)
     owner: str | None = None
+    affinity: str | None = None
     # a hint: its first n input items are the record `id`'s, as stored (ids and all), so a
     # store may share what it holds of them (the memory store does) instead of encoding
     # them again; a store may ignore it
@@ -78,7 +80,16 @@ class ResponseStore(Protocol):
 
     The lookups take `owner` (a client identity): a record another client owns reads as
     absent (None, False). Without it they see every record.
+
+    A record is whole or absent: a store never hands out part of what one `put` wrote (a
+    record the server evicted in part reads as absent, and is counted and logged).
+
+    `shared`: other gateway instances see what this one writes (Redis); `durable`: it
+    outlives this process (Redis, SQLite). The memory store is neither.
     """
+
+    shared: bool
+    durable: bool
 
     async def put(self, record: StoredResponse) -> None:
         """Create or replace; input items lacking an `id` are stored with a fresh one."""
@@ -129,9 +140,34 @@ class ResponseStore(Protocol):
     async def wait_cancel(self, response_id: str) -> None:
         """Return once anyone, on any instance, asked to cancel (before or after this call)."""
 
-    async def ping(self) -> bool: ...
+    async def ping(self) -> bool:
+        """Whether the store takes a write now (it writes a small probe; `/readyz`)."""
+
+    async def shared_secret(self, name: str, candidate: bytes) -> bytes:
+        """The secret kept under `name`, or `candidate`, kept now if none was (set if
+        absent): every instance on one shared store gets the same, and a durable store keeps
+        it across restarts. It never expires (the state key: streamer/sealing.py)."""
+
+    async def check(self) -> list[str]:
+        """What an operator should change in the store's own configuration (logged as
+        warnings at startup); [] when nothing, or when it cannot be read."""
 
     async def close(self) -> None: ...
+
+
+def why(exc: BaseException) -> str:
+    """A failure as a log line reads it: its type, and its message when it has one."""
+    text = str(exc)
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
+def report_incomplete(hook: Incomplete | None, what: str, response_id: str, why: str) -> None:
+    """A record or event log found incomplete: logged, counted, then served as missing."""
+    noun = "event log" if what == "events" else what
+    log.warning("store: the %s of %s is incomplete (%s): treated as missing", noun,
+                response_id, why)  # fmt: skip
+    if hook is not None:
+        hook(what)
 
 
 def record_item_ids(response: dict[str, Any], items: Sequence[dict[str, Any]]) -> list[str]:
@@ -196,8 +232,9 @@ def event_type(data: bytes) -> str | None:
 
 
 def is_terminal(data: bytes) -> bool:
-    """Whether the logged event ends its stream (see TERMINAL_EVENT_TYPES)."""
-    return event_type(data) in TERMINAL_EVENT_TYPES
+    """Whether the logged event ends its stream (`STREAM_END_TYPES`: a terminal event or a
+    bare `error`)."""
+    return event_type(data) in STREAM_END_TYPES
 
 
 def check_page_args(limit: int, order: str) -> None:

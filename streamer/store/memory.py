@@ -27,6 +27,7 @@ from streamer.store.base import (
     visible,
     with_item_ids,
 )
+from streamer.store.cancels import Cancels
 
 MiB = 1024 * 1024
 MAX_PIECES = 32  # a record's pieces past this are joined into one (a long session)
@@ -65,6 +66,7 @@ class _Entry:
     items: tuple[bytes, ...] = ()
     count: int = 0
     owner: str | None = None
+    affinity: str | None = None
     log: _Log | None = None
     size: int = 0
     item_ids: list[str] = field(default_factory=list)  # what the item index holds for it
@@ -75,18 +77,12 @@ class _Entry:
     def measure(self) -> int:
         """What it holds, shared pieces counted in every record that holds them."""
         record = len(self.response or b"") + sum(map(len, self.items)) + len(self.owner or "")
+        record += len(self.affinity or "")
         record += sum(map(len, self.item_ids)) + _ENTRY_OVERHEAD * len(self.item_ids)
         return _ENTRY_OVERHEAD + record + (self.log.size if self.log else 0)
 
     def items_json(self) -> bytes:
         return b"[" + b",".join(self.items) + b"]"
-
-
-@dataclass(slots=True)
-class _Cancel:
-    expires: float
-    event: asyncio.Event = field(default_factory=asyncio.Event)
-    waiters: int = 0
 
 
 def _capped(pieces: tuple[bytes, ...]) -> tuple[bytes, ...]:
@@ -95,6 +91,9 @@ def _capped(pieces: tuple[bytes, ...]) -> tuple[bytes, ...]:
 
 class MemoryStore:
     """A single gateway's store. Eviction and expiry also end the evicted event logs."""
+
+    shared = False
+    durable = False
 
     def __init__(
         self,
@@ -109,11 +108,12 @@ class MemoryStore:
         self.ttl_seconds = ttl_seconds
         self._clock = clock
         self._entries: OrderedDict[str, _Entry] = OrderedDict()
-        self._cancels: OrderedDict[str, _Cancel] = OrderedDict()
+        self._cancels = Cancels(max_responses, ttl_seconds, clock)
         # item id -> the live record that last held it (item_reference); an entry's ids
         # leave with it, so the index is bounded by the records (and counted in their size).
         self._items: dict[str, str] = {}
         self._bytes = 0
+        self._secrets: dict[str, bytes] = {}
 
     def __len__(self) -> int:
         return len(self._entries)
@@ -129,6 +129,7 @@ class MemoryStore:
         entry = self._live(response_id) or self._insert(response_id)
         entry.response = orjson.dumps(record.response)
         entry.owner = record.owner
+        entry.affinity = record.affinity
         self._unindex(response_id, entry)
         base = self._base(record, response_id)
         entry.output_ids = record_item_ids(record.response, ())
@@ -186,6 +187,7 @@ class MemoryStore:
             orjson.loads(entry.response),
             orjson.loads(entry.items_json()),
             entry.owner,
+            entry.affinity,
         )
 
     async def get_response(
@@ -200,9 +202,7 @@ class MemoryStore:
         if self._record(response_id, owner) is None and self._live(response_id) is not None:
             return False  # another client's: it stays, as if it did not exist
         entry = self._live(response_id)
-        cancel = self._cancels.get(response_id)
-        if cancel is not None and cancel.waiters == 0:
-            del self._cancels[response_id]
+        self._cancels.forget(response_id)
         if entry is None:
             return False
         self._drop(response_id)
@@ -266,25 +266,19 @@ class MemoryStore:
     # -- cancellation ----------------------------------------------------------------------
 
     async def request_cancel(self, response_id: str) -> None:
-        cancel = self._cancel(response_id)
-        cancel.expires = self._clock() + self.ttl_seconds
-        self._cancels.move_to_end(response_id)
-        cancel.event.set()
-        self._trim_cancels()
+        self._cancels.request(response_id)
 
     async def wait_cancel(self, response_id: str) -> None:
-        cancel = self._cancel(response_id)
-        cancel.waiters += 1
-        try:
-            await cancel.event.wait()
-        finally:
-            cancel.waiters -= 1
-            unused = cancel.waiters == 0 and not cancel.event.is_set()
-            if unused and self._cancels.get(response_id) is cancel:
-                del self._cancels[response_id]
+        await self._cancels.wait(response_id)
 
     async def ping(self) -> bool:
         return True
+
+    async def shared_secret(self, name: str, candidate: bytes) -> bytes:
+        return self._secrets.setdefault(name, candidate)
+
+    async def check(self) -> list[str]:
+        return []
 
     async def close(self) -> None:
         # Nothing else in this process will append: let every follower finish.
@@ -333,18 +327,3 @@ class MemoryStore:
                 break
             # The entry just written always stays, even when it alone exceeds max_bytes.
             self._drop(oldest_id)
-
-    def _cancel(self, response_id: str) -> _Cancel:
-        cancel = self._cancels.get(response_id)
-        if cancel is None:
-            cancel = self._cancels[response_id] = _Cancel(self._clock() + self.ttl_seconds)
-        return cancel
-
-    def _trim_cancels(self) -> None:
-        now = self._clock()
-        for response_id, cancel in list(self._cancels.items()):
-            stale = cancel.expires <= now or len(self._cancels) > self.max_responses
-            if not stale:
-                break
-            if cancel.waiters == 0:
-                del self._cancels[response_id]

@@ -27,6 +27,7 @@ _COUNTED = (
     "end_events",
     "request_cancel",
     "ping",
+    "shared_secret",
 )
 _LOOKUPS = frozenset({"get", "get_response", "get_item", "delete", "input_items"})
 
@@ -35,8 +36,11 @@ class _Labelled(Protocol):
     def labels(self, *values: str) -> Any: ...
 
 
-def observe_store(store: S, counter: _Labelled) -> S:
-    """Count every call of `store`'s operations in `counter` (labels: operation, outcome)."""
+def observe_store(store: S, counter: _Labelled, incomplete: _Labelled | None = None) -> S:
+    """Count every call of `store`'s operations in `counter` (labels: operation, outcome),
+    and what it finds incomplete in `incomplete` (label: what, `record` or `events`)."""
+    if incomplete is not None and hasattr(store, "on_incomplete"):
+        store.on_incomplete = lambda what: incomplete.labels(what).inc()
     for name in _COUNTED:
         method = getattr(store, name, None)
         if method is not None:

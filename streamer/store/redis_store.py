@@ -1,53 +1,67 @@
 """The Redis store: what lets several gateway instances share responses, streams and cancels.
 
-Keys per response (hash-tagged on the id so a cluster keeps them in one slot):
-  {p}resp:{id}     hash: `response` (orjson), `owner` (a client identity, if any)
-  {p}items:{id}    list: the input items in input order, one orjson value each
-  {p}itemidx:{id}  hash: item id -> index in that list (input_items `after` cursors)
+Keys per response (hash-tagged on the id, so a Redis Cluster keeps them in one slot):
+  {p}rec:{id}      hash, the whole record in one key: `r` the response, `i` its input
+                   items (both orjson), `o` the owner and `a` the affinity key ("" if none).
+                   One key, written by one HSET: a server that evicts keys (maxmemory)
+                   evicts a record whole, never its history alone.
   {p}events:{id}   stream: entry id `0-<seq+1>` holds `d` (the event JSON) and `t` when
                    terminal; an entry with field `e` (auto id) marks the end of the stream
   {p}cancel:{id}   flag set by request_cancel; also published on the `{p}cancel` channel
   {p}item:{item}   the id of the response that last stored item `item` (input or output),
                    for item_reference; written apart from the record (its own slot)
-Everything carries the TTL; appending an event refreshes it for the whole response.
+Everything carries the TTL; appending an event refreshes it for the whole response. Beside
+them, `{p}secret:{name}` (no TTL: the shared state key) and `{p}probe` (readiness).
+
+No command spans two slots and no MULTI is needed (each write that must be whole is one
+command), so the same code runs on one server, a Cluster and a Sentinel-managed master.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 from collections.abc import AsyncIterator, Awaitable
 from typing import Any, TypeVar
 
 import orjson
-import redis.asyncio as aioredis
 from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import RedisError, ResponseError
+from redis.exceptions import MovedError, RedisClusterException, RedisError, ResponseError
 from redis.typing import EncodableT, FieldT
 
 from streamer.store.base import (
+    Incomplete,
+    IncompleteRecord,
     Order,
     StoredResponse,
     StoreUnavailable,
-    check_page_args,
     find_item,
     is_terminal,
-    list_page,
+    page_items,
     record_item_ids,
+    report_incomplete,
     visible,
+    why,
     with_item_ids,
 )
+from streamer.store.redis_checks import config_advice
+from streamer.store.redis_connect import TLS, connect, parse
 
 T = TypeVar("T")
 # One XREAD answer for one stream: its entries, each an id and its fields (bytes, undecoded).
 StreamEntries = list[tuple[bytes, dict[bytes, bytes]]]
+_FIELDS = ("r", "i", "o", "a")
 
 
 class RedisStore:
     """A `ResponseStore` on `redis.asyncio`. Every call either answers or raises
     `StoreUnavailable` within about `connect_timeout + op_timeout` seconds."""
+
+    shared = True
+    durable = True  # as durable as the server's persistence (checked: `check`)
 
     def __init__(
         self,
@@ -58,9 +72,15 @@ class RedisStore:
         connect_timeout: float = 1.0,
         op_timeout: float = 2.0,
         block_seconds: float = 10.0,
+        tls: TLS | None = None,
+        on_incomplete: Incomplete | None = None,
     ) -> None:
+        if "{" in key_prefix or "}" in key_prefix:
+            raise ValueError("the store key prefix may not hold { or } (Redis Cluster hash tags)")
         self.ttl_ms = max(1, int(ttl_seconds * 1000))
         self.prefix = key_prefix
+        self.on_incomplete = on_incomplete
+        self.target = parse(url)
         self._op_timeout = op_timeout
         self._deadline = connect_timeout + op_timeout + 0.5  # a hard cap above the sockets'
         self._block_ms = int(block_seconds * 1000)
@@ -70,12 +90,12 @@ class RedisStore:
             # One quick retry on a dropped connection (a stale pooled socket), none on timeouts.
             "retry": Retry(NoBackoff(), 1, supported_errors=(RedisConnectionError,)),
         }
-        self._r = aioredis.Redis.from_url(url, socket_timeout=op_timeout, **options)
+        tls = tls or TLS()
+        self._r = connect(self.target, tls, socket_timeout=op_timeout, **options)
         # XREAD BLOCK needs a read timeout longer than the block itself: its own pool.
-        self._rb = aioredis.Redis.from_url(
-            url, socket_timeout=block_seconds + op_timeout, **options
-        )
+        self._rb = connect(self.target, tls, socket_timeout=block_seconds + op_timeout, **options)
         self._channel = f"{key_prefix}cancel".encode()
+        self._probe = f"{key_prefix}probe:{{{os.urandom(6).hex()}}}"
         self._waiters: dict[str, set[asyncio.Event]] = {}
         self._listener: asyncio.Task[None] | None = None
         self._subscribed = asyncio.Event()
@@ -90,38 +110,32 @@ class RedisStore:
         try:
             async with asyncio.timeout(deadline or self._deadline):
                 return await awaitable
-        except (RedisError, OSError, TimeoutError) as exc:
-            raise StoreUnavailable(f"redis store unavailable: {exc!r}") from exc
+        except MovedError as exc:
+            raise StoreUnavailable(
+                f"{self.target.shown} is a node of a Redis Cluster ({exc}): use "
+                "redis+cluster://host:port,… as --store"
+            ) from exc
+        except (RedisError, RedisClusterException, OSError, TimeoutError) as exc:
+            raise StoreUnavailable(f"redis store unavailable: {why(exc)}") from exc
 
     # -- records ---------------------------------------------------------------------------
 
     async def put(self, record: StoredResponse) -> None:
         response_id = record.id
-        rkey, lkey, ikey = self._record_keys(response_id)
+        rkey = self._key("rec", response_id)
         items = with_item_ids(record.input_items)
-        pipe = self._r.pipeline(transaction=True)
-        mapping: dict[FieldT, EncodableT] = {"response": orjson.dumps(record.response)}
-        if record.owner:
-            mapping["owner"] = record.owner.encode()
-        pipe.hset(rkey, mapping=mapping)
-        if not record.owner:
-            pipe.hdel(rkey, "owner")
-        pipe.delete(lkey, ikey)
-        if items:
-            pipe.rpush(lkey, *(orjson.dumps(item) for item in items))
-            index: dict[FieldT, EncodableT] = {}
-            for i, item in enumerate(items):
-                index.setdefault(str(item["id"]), i)  # the first occurrence, as page_items
-            pipe.hset(ikey, mapping=index)
-        for key in (rkey, lkey, ikey):
-            pipe.pexpire(key, self.ttl_ms)
+        mapping: dict[FieldT, EncodableT] = {
+            "r": orjson.dumps(record.response),
+            "i": orjson.dumps(items),
+            "o": (record.owner or "").encode(),
+            "a": (record.affinity or "").encode(),
+        }
+        pipe = self._r.pipeline(transaction=False)
+        pipe.hset(rkey, mapping=mapping)  # every field at once: the record is whole
+        pipe.pexpire(rkey, self.ttl_ms)
+        for item_id in record_item_ids(record.response, items):  # each in its own slot
+            pipe.set(self._item_key(item_id), response_id.encode(), px=self.ttl_ms)
         await self._call(pipe.execute())
-        item_ids = record_item_ids(record.response, items)
-        if item_ids:  # each key in its own slot: not one transaction
-            pointers = self._r.pipeline(transaction=False)
-            for item_id in item_ids:
-                pointers.set(self._item_key(item_id), response_id.encode(), px=self.ttl_ms)
-            await self._call(pointers.execute())
 
     async def get_item(self, item_id: str, *, owner: str | None = None) -> dict[str, Any] | None:
         response_id = _text(await self._call(self._r.get(self._item_key(item_id))))
@@ -130,11 +144,8 @@ class RedisStore:
         record = await self.get(response_id, owner=owner)
         return find_item(record, item_id) if record is not None else None
 
-    async def _unindex(self, response_id: str) -> None:
+    async def _unindex(self, record: StoredResponse) -> None:
         """Drop the item pointers that lead to this response (not those a later one took)."""
-        record = await self.get(response_id)
-        if record is None:
-            return
         keys = [self._item_key(i) for i in record_item_ids(record.response, record.input_items)]
         if not keys:
             return
@@ -142,7 +153,7 @@ class RedisStore:
         for key in keys:
             reads.get(key)
         pointers = await self._call(reads.execute())
-        mine = [k for k, v in zip(keys, pointers, strict=True) if _text(v) == response_id]
+        mine = [k for k, v in zip(keys, pointers, strict=True) if _text(v) == record.id]
         if mine:
             pipe = self._r.pipeline(transaction=False)
             for key in mine:
@@ -153,45 +164,43 @@ class RedisStore:
         return f"{self.prefix}item:{{{item_id}}}"
 
     async def get(self, response_id: str, *, owner: str | None = None) -> StoredResponse | None:
-        rkey, lkey, _ = self._record_keys(response_id)
-        pipe = self._r.pipeline(transaction=True)
-        # Older records also hold "names" (a tool-map snapshot nobody read): left to expire.
-        pipe.hmget(rkey, ["response", "owner"])
-        pipe.lrange(lkey, 0, -1)
-        (response, stored_owner), items = await self._call(pipe.execute())
-        record_owner = stored_owner.decode() if stored_owner else None
-        if response is None or not visible(record_owner, owner):
+        rkey = self._key("rec", response_id)
+        response, items, stored_owner, affinity = await self._call(self._r.hmget(rkey, _FIELDS))
+        if response is None and items is None:
+            return None
+        if response is None or items is None:
+            missing = "response" if response is None else "input items"
+            report_incomplete(self.on_incomplete, "record", response_id, f"no {missing}")
+            return None
+        record_owner = _text(stored_owner)
+        if not visible(record_owner, owner):
             return None
         return StoredResponse(
-            orjson.loads(response),
-            [orjson.loads(item) for item in items],
-            record_owner,
+            orjson.loads(response), orjson.loads(items), record_owner, _text(affinity)
         )
 
     async def get_response(
         self, response_id: str, *, owner: str | None = None
     ) -> dict[str, Any] | None:
-        rkey = self._key("resp", response_id)
-        response, stored_owner = await self._call(self._r.hmget(rkey, ["response", "owner"]))
+        rkey = self._key("rec", response_id)
+        response, stored_owner = await self._call(self._r.hmget(rkey, ["r", "o"]))
         if response is None or not visible(_text(stored_owner), owner):
             return None
         return orjson.loads(response)
 
     async def delete(self, response_id: str, *, owner: str | None = None) -> bool:
-        if owner is not None:
-            stored_owner = await self._call(self._r.hget(self._key("resp", response_id), "owner"))
-            if not visible(_text(stored_owner), owner):
-                return False  # another client's: it stays, as if it did not exist
-        await self._unindex(response_id)
+        record = await self.get(response_id)
+        if record is not None and not visible(record.owner, owner):
+            return False  # another client's: it stays, as if it did not exist
+        if record is not None:
+            await self._unindex(record)
         skey = self._key("events", response_id)
         # End the stream first, as its own command, so blocked followers are served the
         # end marker before the key disappears.
         await self._call(self._r.xadd(skey, {"e": b"1"}, nomkstream=True))
-        pipe = self._r.pipeline(transaction=True)
-        pipe.delete(self._key("resp", response_id))
-        pipe.delete(*self._record_keys(response_id)[1:], skey, self._key("cancel", response_id))
-        deleted, _ = await self._call(pipe.execute())
-        return bool(deleted)
+        rkey, ckey = self._key("rec", response_id), self._key("cancel", response_id)
+        await self._call(self._r.delete(skey, ckey))
+        return bool(await self._call(self._r.delete(rkey)))
 
     async def input_items(
         self,
@@ -202,64 +211,41 @@ class RedisStore:
         after: str | None = None,
         owner: str | None = None,
     ) -> dict[str, Any] | None:
-        check_page_args(limit, order)
-        rkey, lkey, ikey = self._record_keys(response_id)
-        pipe = self._r.pipeline(transaction=True)
-        pipe.exists(rkey)
-        pipe.hget(rkey, "owner")
-        pipe.llen(lkey)
-        pipe.hget(ikey, after or "")
-        exists, stored_owner, n, index = await self._call(pipe.execute())
-        if not exists or not visible(_text(stored_owner), owner):
+        rkey = self._key("rec", response_id)
+        items, stored_owner = await self._call(self._r.hmget(rkey, ["i", "o"]))
+        if items is None or not visible(_text(stored_owner), owner):
             return None
-        if after is not None and index is None:
-            return list_page([], False)
-        # Positions in the requested order; fetch one extra to learn has_more.
-        start = 0 if after is None else (n - int(index) if order == "desc" else int(index) + 1)
-        stop = min(start + limit, n - 1)  # inclusive
-        if start > stop:
-            return list_page([], False)
-        if order == "asc":
-            raw = await self._call(self._r.lrange(lkey, start, stop))
-        else:
-            raw = await self._call(self._r.lrange(lkey, n - 1 - stop, n - 1 - start))
-            raw.reverse()
-        data = [orjson.loads(item) for item in raw[:limit]]
-        return list_page(data, len(raw) > limit)
-
-    def _record_keys(self, response_id: str) -> tuple[str, str, str]:
-        return (
-            self._key("resp", response_id),
-            self._key("items", response_id),
-            self._key("itemidx", response_id),
-        )
+        return page_items(orjson.loads(items), limit=limit, order=order, after=after)
 
     # -- background event streams ----------------------------------------------------------
 
     async def append_event(self, response_id: str, seq: int, data: bytes) -> None:
         if seq < 0:
             raise ValueError("seq must be >= 0")
-        skey = self._key("events", response_id)
+        skey, rkey = self._key("events", response_id), self._key("rec", response_id)
         terminal = is_terminal(data)
         fields: dict[FieldT, EncodableT] = {"d": data, "t": b"1"} if terminal else {"d": data}
-        pipe = self._r.pipeline(transaction=True)
+        pipe = self._r.pipeline(transaction=False)
         # The seq is the entry id, so replay-after-N is a plain XREAD from 0-(N+1) and
         # Redis itself rejects duplicate or out-of-order seqs and appends after the end.
-        pipe.xadd(skey, fields, id=f"0-{seq + 1}")
+        # Only the first event makes the stream: a log the server evicted (or a delete
+        # removed) is not begun again from the middle, which would replay with a hole.
+        pipe.xadd(skey, fields, id=f"0-{seq + 1}", nomkstream=seq > 0)
         if terminal:
-            pipe.xadd(skey, {"e": b"1"})
-        for key in (skey, *self._record_keys(response_id)):
-            pipe.pexpire(key, self.ttl_ms)
-        results = await self._call(pipe.execute(raise_on_error=False))
-        added = results[0]
+            pipe.xadd(skey, {"e": b"1"}, nomkstream=True)
+        pipe.pexpire(skey, self.ttl_ms)
+        pipe.pexpire(rkey, self.ttl_ms)
+        added, *_, kept = await self._call(pipe.execute(raise_on_error=False))
         if isinstance(added, ResponseError) and "equal or smaller" not in str(added):
             raise StoreUnavailable(f"redis store error: {added}")
+        if added is None and kept:  # no stream, yet the record is there: the log was lost
+            report_incomplete(self.on_incomplete, "events", response_id, "its log is gone")
 
     async def events(
         self, response_id: str, *, after: int = -1
     ) -> AsyncIterator[tuple[int, bytes]]:
-        skey = self._key("events", response_id)
-        if not await self._call(self._r.exists(skey, self._key("resp", response_id))):
+        skey, rkey = self._key("events", response_id), self._key("rec", response_id)
+        if not await self._call(self._r.exists(skey, rkey)):
             return
         cursor: bytes | str = f"0-{max(after, -1) + 1}"
         while True:
@@ -269,9 +255,8 @@ class RedisStore:
                 self._block_deadline,
             )
             if not reply:
-                # Quiet for a whole block: stop only if the response is gone altogether.
-                gone = not await self._call(self._r.exists(skey, self._key("resp", response_id)))
-                if gone:
+                # Quiet for a whole block: stop if the response is gone altogether.
+                if await self._log_is_over(response_id, skey, rkey):
                     return
                 continue
             entries: StreamEntries = reply[0][1]
@@ -283,9 +268,26 @@ class RedisStore:
                 if b"t" in fields:
                     return
 
+    async def _log_is_over(self, response_id: str, skey: str, rkey: str) -> bool:
+        """After a quiet block: whether nothing more can come (the response is gone). A
+        record that ended while its log is missing lost the log: IncompleteRecord."""
+        pipe = self._r.pipeline(transaction=False)
+        pipe.exists(skey)
+        pipe.hget(rkey, "r")
+        has_log, response = await self._call(pipe.execute())
+        if has_log:
+            return False
+        if response is None:
+            return True
+        status = orjson.loads(response).get("status")
+        if status in ("queued", "in_progress"):
+            return False  # its writer has not started the log yet, or goes on without it
+        report_incomplete(self.on_incomplete, "events", response_id, "its log is gone")
+        raise IncompleteRecord(f"the event log of {response_id} was lost by the store")
+
     async def end_events(self, response_id: str) -> None:
         skey = self._key("events", response_id)
-        pipe = self._r.pipeline(transaction=True)
+        pipe = self._r.pipeline(transaction=False)
         pipe.xadd(skey, {"e": b"1"})
         pipe.pexpire(skey, self.ttl_ms)
         await self._call(pipe.execute())
@@ -293,10 +295,9 @@ class RedisStore:
     # -- cancellation ----------------------------------------------------------------------
 
     async def request_cancel(self, response_id: str) -> None:
-        pipe = self._r.pipeline(transaction=True)
-        pipe.set(self._key("cancel", response_id), b"1", px=self.ttl_ms)
-        pipe.publish(self._channel, response_id.encode())
-        await self._call(pipe.execute())
+        # The flag first: a waiter subscribing meanwhile finds it once subscribed.
+        await self._call(self._r.set(self._key("cancel", response_id), b"1", px=self.ttl_ms))
+        await self._call(self._r.publish(self._channel, response_id.encode()))
         self._wake(response_id)
 
     async def wait_cancel(self, response_id: str) -> None:
@@ -348,6 +349,8 @@ class RedisStore:
             pubsub = self._r.pubsub()
             try:
                 async with asyncio.timeout(self._deadline):
+                    if self.target.kind == "cluster":  # its pub/sub needs the slot map first
+                        await self._r.initialize()
                     await pubsub.subscribe(self._channel)
                     # Redis delivers publishes only after confirming the SUBSCRIBE.
                     while True:
@@ -378,16 +381,34 @@ class RedisStore:
         ids = list(self._waiters)
         if not ids:
             return
-        flags = await self._call(self._r.mget([self._key("cancel", i) for i in ids]))
+        pipe = self._r.pipeline(transaction=False)  # one slot per flag: no MGET
+        for response_id in ids:
+            pipe.exists(self._key("cancel", response_id))
+        flags = await self._call(pipe.execute())
         for response_id, flag in zip(ids, flags, strict=True):
-            if flag is not None:
+            if flag:
                 self._wake(response_id)
 
+    # -- the store itself ------------------------------------------------------------------
+
     async def ping(self) -> bool:
+        """A write (a probe key that expires): a full `noeviction` server, a read-only
+        replica or a Cluster node asked for the wrong slot all answer no."""
         try:
-            return bool(await self._call(self._r.ping()))
+            return bool(await self._call(self._r.set(self._probe, b"1", px=60_000)))
         except StoreUnavailable:
             return False
+
+    async def shared_secret(self, name: str, candidate: bytes) -> bytes:
+        key = f"{self.prefix}secret:{{{name}}}"
+        pipe = self._r.pipeline(transaction=False)
+        pipe.set(key, candidate, nx=True)  # no TTL: it must outlive every record
+        pipe.get(key)
+        _, kept = await self._call(pipe.execute())
+        return bytes(kept) if kept is not None else candidate
+
+    async def check(self) -> list[str]:
+        return await config_advice(self._r, self.target, self._deadline)
 
     async def close(self) -> None:
         if self._listener is not None:

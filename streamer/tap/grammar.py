@@ -14,6 +14,7 @@ from __future__ import annotations
 from collections.abc import Hashable
 from typing import TYPE_CHECKING, Any
 
+from streamer.core.events import TERMINAL_STATUSES
 from streamer.tap.identity import CALL_TYPES, ToolCheck, default_ns
 from streamer.tap.items import (
     PART_EVENTS,
@@ -29,17 +30,6 @@ from streamer.tap.rules import RULES, Violation
 if TYPE_CHECKING:
     from streamer.core.tools import ResponsesToolNames
 
-TERMINALS = {
-    "response.completed": "completed",
-    "response.incomplete": "incomplete",
-    "response.failed": "failed",
-}
-# A cancelled background response ends with `response.failed` whose status is `cancelled`
-# (the SDK's event union has no cancelled event; every client handles `response.failed`).
-_TERMINAL_STATUSES = {
-    **{k: (v,) for k, v in TERMINALS.items()},
-    "response.failed": ("failed", "cancelled"),
-}
 STARTS = ("response.created", "response.queued")
 ANNOTATION = "response.output_text.annotation.added"
 
@@ -231,7 +221,7 @@ class GrammarChecker:
         response = event.get("response")
         response = response if isinstance(response, dict) else {}
         status = response.get("status")
-        if status not in _TERMINAL_STATUSES[kind]:
+        if status not in TERMINAL_STATUSES[kind]:
             self._flag("terminal.status", f"{kind} with response.status {status!r}")
         if kind != "response.failed":
             for item in self.open.values():
@@ -375,7 +365,7 @@ _HANDLERS = {
     "response.output_item.added": GrammarChecker._on_item_added,
     "response.output_item.done": GrammarChecker._on_item_done,
     "error": GrammarChecker._on_terminal,
-    **dict.fromkeys(TERMINALS, GrammarChecker._on_terminal),
+    **dict.fromkeys(TERMINAL_STATUSES, GrammarChecker._on_terminal),
 }
 
 # RULES, ToolCheck, default_ns and part_text live elsewhere now; callers still import them here

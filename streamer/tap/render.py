@@ -19,10 +19,11 @@ from typing import Any, TextIO
 import orjson
 
 from streamer.core import deltas as d
+from streamer.core.events import STREAM_END_TYPES
 from streamer.tap.identity import identity, label
 from streamer.tap.items import id_key, part_text
 from streamer.tap.rules import Violation
-from streamer.tap.sources import TERMINAL_TYPES, ChatDone
+from streamer.tap.sources import ChatDone
 from streamer.tap.summary import Summary, ms, rows
 
 COLORS = {"dim": "2", "bold": "1", "red": "31", "green": "32", "yellow": "33", "blue": "34"}
@@ -124,7 +125,7 @@ class Renderer:
             self._item_line(run, f"#{run.first}-{position}", self._status(run.item))
             self.flag(violations)
         else:
-            if kind in TERMINAL_TYPES:
+            if isinstance(kind, str) and kind in STREAM_END_TYPES:
                 self._open_items()
             self.line(f"#{position}", t, self._describe(event, kind, None), self.prev_t)
             self.flag(violations)
@@ -150,7 +151,7 @@ class Renderer:
             if ident is not None:
                 self.summary.calls[label(ident)] += 1
             return run
-        if kind in TERMINAL_TYPES:
+        if isinstance(kind, str) and kind in STREAM_END_TYPES:
             response = _dict(event.get("response"))
             self.summary.terminal = response.get("status") or kind
             self.summary.usage = response.get("usage") or self.summary.usage

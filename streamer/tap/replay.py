@@ -25,12 +25,13 @@ import orjson
 from streamer.core.errors import RequestError
 from streamer.core.events import Event
 from streamer.core.tools import NamingConfig
-from streamer.pipeline import TurnOptions, prepare, stream_events
 from streamer.recorder import chunk_bytes
 from streamer.sealing import load_sealer
 from streamer.tap.command import EXIT_CLEAN, EXIT_UNREADABLE, EXIT_VIOLATIONS, use_color
 from streamer.tap.grammar import GrammarChecker
 from streamer.tap.render import Renderer
+from streamer.turn import TurnOptions, prepare
+from streamer.turn_runner import stream_events
 from streamer.upstream.backend_stream import BackendStream
 from streamer.upstream.chat.kind import CHAT
 from streamer.upstream.kind import BackendKind

@@ -29,6 +29,7 @@ import orjson
 import websockets
 from websockets.asyncio.client import connect as ws_connect
 
+from streamer.core.events import STREAM_END_TYPES
 from streamer.core.sse import SSEDecoder, SSEError
 from streamer.upstream.kind import TapDecoder, TapReading
 from streamer.upstream.kinds import KINDS
@@ -39,7 +40,6 @@ RECORDING = "tap-recording"
 TAP_READINGS: tuple[TapReading, ...] = tuple(k.tap for k in KINDS.values() if k.tap is not None)
 DELTA_FORMATS = frozenset(reading.format for reading in TAP_READINGS)
 """The formats read as model deltas (a backend kind's own stream), not as events."""
-TERMINAL_TYPES = ("response.completed", "response.incomplete", "response.failed", "error")
 CHUNK = 64 * 1024
 SSE_FIELDS = (b"event:", b"data:", b":", b"id:", b"retry:")
 
@@ -297,7 +297,8 @@ class Source:
                     raw = message.encode() if isinstance(message, str) else message
                     yield raw.strip() + b"\n"  # one frame, one line
                     event = _parse(raw)
-                    if isinstance(event, dict) and event.get("type") in TERMINAL_TYPES:
+                    kind = event.get("type") if isinstance(event, dict) else None
+                    if isinstance(kind, str) and kind in STREAM_END_TYPES:
                         return
         except (websockets.InvalidURI, ValueError) as err:
             raise SourceError(f"bad URL {self.spec!r}: {err}") from err

@@ -13,7 +13,8 @@ from typing import Any, Protocol
 
 from streamer.models_config import ModelsConfig, single
 from streamer.options import ModelOptions
-from streamer.pipeline import Turn, Upstream
+from streamer.turn import Turn
+from streamer.upstream.batch import Upstream
 from streamer.upstream.router import Plan, Router, TurnRoute
 
 
@@ -61,11 +62,16 @@ class UpstreamRegistry:
         )  # not an object: validation says so
         return Plan(table, table.route_for(model), None)
 
-    def bind(self, turn: Turn, plan: Plan, session: str | None) -> None:
-        """The prepared turn goes by `plan`; its response names the model (not an alias)."""
+    def bind(
+        self, turn: Turn, plan: Plan, session: str | None, *, inherited: str | None = None
+    ) -> None:
+        """The prepared turn goes by `plan`; its response names the model (not an alias).
+        `inherited`: the affinity key the continued response was stored with (any instance
+        may have made it), which the chain keeps."""
         route = plan.route
         if len(route.replicas) > 1 or route.spec.fallbacks:
-            plan.key = self.router.chains.key_for(turn.response["id"], turn.request, session)
+            chains = self.router.chains
+            plan.key = chains.key_for(turn.response["id"], turn.request, session, inherited)
         if route.spec.name is not None:
             turn.response["model"] = route.spec.name
         turn.route = plan

@@ -27,7 +27,8 @@ from streamer.core import routing
 from streamer.core.errors import RequestError
 from streamer.models_config import ModelsConfig, ModelSpec
 from streamer.options import ModelOptions
-from streamer.pipeline import Turn, UpstreamStream
+from streamer.turn import Turn
+from streamer.upstream.batch import UpstreamStream
 
 log = logging.getLogger("streamer.routing")
 
