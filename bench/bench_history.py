@@ -304,7 +304,7 @@ def main() -> None:
         pinning = f"targets on core {avail[0]}, client and backend on {sorted(load)}"
     logs = RESULTS / "raw" / time.strftime("history-%Y%m%d-%H%M%S")
     started: list[tg.Target] = []
-    backend = tg.start_backend(3, 2, load, logs)
+    backend = tg.start_backend(3, 2, load, logs, ("--unique-calls",))
     try:
         start_targets(args, backend, gw, logs, started)
         active = [t for t in started if t.status == "ok"]
