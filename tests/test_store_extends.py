@@ -33,7 +33,9 @@ def _response(rid: str, turn: int) -> dict[str, Any]:
 OPS = st.lists(
     st.one_of(
         st.tuples(
-            st.just("turn"), st.integers(0, 3), st.sampled_from(["right", "none", "wrong", "bare"])
+            st.just("turn"),
+            st.integers(0, 3),
+            st.sampled_from(["right", "none", "wrong", "bare", "steal"]),
         ),
         st.tuples(st.just("delete"), st.integers(0, 20), st.just("")),
         st.tuples(st.just("fork"), st.integers(0, 20), st.integers(0, 3)),
@@ -56,7 +58,9 @@ async def _apply(stores: list[MemoryStore], ops: list[Any]) -> None:
         output = [] if base is None or bare else base.response["output"]
         history = [*base.input_items, *output] if base is not None else []
         items = [*history, *with_item_ids([_item(n, i) for i in range(new + 1)])]
-        hint = b if op == "turn" and b != "bare" else "right"
+        if op == "turn" and b == "steal" and records:  # an item of another record, id and all
+            items.append(dict(records[a % len(records)].input_items[0]))
+        hint = b if op == "turn" and b not in ("bare", "steal") else "right"
         extends = None
         if base is not None and hint != "none":
             extends = (base.id, len(base.input_items) + (hint == "wrong"))
@@ -74,10 +78,14 @@ async def _apply(stores: list[MemoryStore], ops: list[Any]) -> None:
             for item in [*r.input_items[:3], *r.input_items[-3:], *r.response["output"]]:
                 found = [await s.get_item(item["id"]) for s in stores]
                 assert found[0] == found[1]
-        assert stores[0]._items == stores[1]._items  # the same index: nothing left behind
+        # the same ids findable, and nothing left behind for the deleted
+        assert set(stores[0]._items) == set(stores[1]._items)
+        for item_id in stores[0]._items:
+            found = [await s.get_item(item_id) for s in stores]
+            assert found[0] == found[1]
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=200, deadline=None)
 @given(OPS)
 def test_a_store_given_the_hints_answers_as_one_given_none(ops: list[Any]) -> None:
     asyncio.run(_apply([MemoryStore(), MemoryStore()], ops))
@@ -96,7 +104,8 @@ def test_a_continued_record_shares_the_bytes_of_the_one_it_extends() -> None:
         await store.put(record)
         a, b = store._entries["resp_a"], store._entries["resp_b"]
         assert b.items[0] is a.items[0] and len(b.items) == 2  # shared, and the new piece
-        assert not a.indexed and b.indexed  # a's ids are b's now: dropping a walks none
+        assert a.chain is b.chain and b.chain is not None and b.chain.head == "resp_b"
+        assert b.own_ids == 2  # its new ids only: the 50 earlier ones were not walked
         fetched = await store.get("resp_b")
         assert fetched is not None and fetched.input_items == record.input_items
         assert await store.get_item(first[0]["id"]) == first[0]
@@ -121,5 +130,34 @@ def test_the_pieces_of_a_long_chain_are_joined_now_and_then() -> None:
             assert len(store._entries[previous.id].items) <= 33
         got = await store.get(previous.id)
         assert got is not None and got.input_items == previous.input_items
+
+    asyncio.run(run())
+
+
+def test_an_id_taken_by_another_chain_goes_back_when_its_own_goes_on() -> None:
+    """A record of one conversation holds an item of another (a resolved item_reference:
+    id and all); the other conversation's next record holds it too and is the later put:
+    deleting the first conversation's record leaves it findable, as in the plain store."""
+
+    async def run() -> None:
+        stores = [MemoryStore(), MemoryStore()]
+        a = with_item_ids([_item(0, 1)])
+        b = with_item_ids([_item(1, 1)])
+        plain: list[StoredResponse] = []
+        for rid, items, extends in (
+            ("resp_a", a, None),
+            ("resp_b", b, None),
+            ("resp_a2", [*a, *_response("resp_a", 0)["output"], b[0]], ("resp_a", 1)),
+            ("resp_b2", [*b, *_response("resp_b", 1)["output"], *with_item_ids([_item(2, 2)])],
+             ("resp_b", 1)),
+        ):  # fmt: skip
+            turn = len(plain)
+            for store, hint in zip(stores, (None, extends), strict=True):
+                await store.put(StoredResponse(_response(rid, turn), items, "o", extends=hint))
+            plain.append(StoredResponse(_response(rid, turn), items, "o"))
+        for store in stores:
+            assert await store.delete("resp_a2")
+        found = [await s.get_item(b[0]["id"]) for s in stores]
+        assert found[0] == found[1] == b[0]
 
     asyncio.run(run())

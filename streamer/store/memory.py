@@ -56,6 +56,19 @@ class _Log:
         self.wake()
 
 
+class _Chain:
+    """Records that each took over all the ids of the one before (`StoredResponse.extends`):
+    the item index points an id at its chain, and the chain's `head` (its latest record,
+    which holds every id of it) answers for it; `ids`: every id pointed here."""
+
+    __slots__ = ("head", "ids", "whole")
+
+    def __init__(self, head: str, ids: list[str]) -> None:
+        self.head: str | None = head
+        self.ids = ids
+        self.whole = True  # every id pointed here still is (False: another record took some)
+
+
 @dataclass(slots=True)
 class _Entry:
     expires: float
@@ -69,20 +82,33 @@ class _Entry:
     affinity: str | None = None
     log: _Log | None = None
     size: int = 0
-    item_ids: list[str] = field(default_factory=list)  # what the item index holds for it
-    input_ids: list[str] = field(default_factory=list)  # its input items' ids, in order
+    chain: _Chain | None = None  # where its ids are indexed (None: no record yet)
     output_ids: list[str] = field(default_factory=list)  # its output items' ids
-    indexed: bool = True  # the index may point at it (False: a later record took its ids)
+    own_ids: int = 0  # the ids it added to the index, and their characters
+    own_id_chars: int = 0
 
     def measure(self) -> int:
         """What it holds, shared pieces counted in every record that holds them."""
         record = len(self.response or b"") + sum(map(len, self.items)) + len(self.owner or "")
-        record += len(self.affinity or "")
-        record += sum(map(len, self.item_ids)) + _ENTRY_OVERHEAD * len(self.item_ids)
+        record += len(self.affinity or "") + self.own_id_chars + _ENTRY_OVERHEAD * self.own_ids
         return _ENTRY_OVERHEAD + record + (self.log.size if self.log else 0)
 
     def items_json(self) -> bytes:
         return b"[" + b",".join(self.items) + b"]"
+
+
+def _continued_chain(
+    base: _Entry | None, record: StoredResponse, new_ids: list[str]
+) -> _Chain | None:
+    """`base`'s chain if `record` takes over every id of it: `base` is the chain's latest
+    record, its output is in `record`'s input, and no other record took ids of the chain
+    since (a fork from an earlier record, or one without that output, or after another
+    took some, starts a chain of its own)."""
+    if base is None or base.chain is None or record.extends is None or not base.chain.whole:
+        return None
+    if base.chain.head != record.extends[0] or not set(base.output_ids) <= set(new_ids):
+        return None
+    return base.chain
 
 
 def _capped(pieces: tuple[bytes, ...]) -> tuple[bytes, ...]:
@@ -109,9 +135,10 @@ class MemoryStore:
         self._clock = clock
         self._entries: OrderedDict[str, _Entry] = OrderedDict()
         self._cancels = Cancels(max_responses, ttl_seconds, clock)
-        # item id -> the live record that last held it (item_reference); an entry's ids
-        # leave with it, so the index is bounded by the records (and counted in their size).
-        self._items: dict[str, str] = {}
+        # item id -> the chain of the live record that last held it (item_reference); a
+        # chain's ids leave with its head, so the index is bounded by the records (and
+        # counted in their size)
+        self._items: dict[str, _Chain] = {}
         self._bytes = 0
         self._secrets: dict[str, bytes] = {}
 
@@ -136,22 +163,28 @@ class MemoryStore:
         if base is None:
             items = with_item_ids(record.input_items)
             entry.items = (orjson.dumps(items)[1:-1],) if items else ()
-            entry.input_ids = input_ids(items)
-            entry.item_ids = list(dict.fromkeys([*entry.input_ids, *entry.output_ids]))
-        else:  # its first items are `base`'s: only the rest is encoded, its ids appended
+        else:  # its first items are `base`'s: only the rest is encoded
             items = with_item_ids(record.input_items[base.count :])
             blob = (orjson.dumps(items)[1:-1],) if items else ()
             entry.items = _capped((*base.items, *blob))
-            new_ids = input_ids(items)
-            entry.input_ids = [*base.input_ids, *new_ids]
-            more = dict.fromkeys([*new_ids, *entry.output_ids])
-            # (an id of `base`'s input in `more` too, resolved again: listed twice, harmless)
-            entry.item_ids = [*base.input_ids, *more]
-            # every id `base` answers for is this record's now (its output is in this input)
-            base.indexed = not set(base.output_ids) <= more.keys()
         entry.count = len(record.input_items)
-        entry.indexed = True
-        self._items.update(dict.fromkeys(entry.item_ids, response_id))
+        new_ids = list(dict.fromkeys([*input_ids(items), *entry.output_ids]))
+        chain = _continued_chain(base, record, new_ids)
+        if chain is None:  # a chain of its own: every id it holds points here
+            every = input_ids(with_item_ids(record.input_items)) if base is not None else []
+            new_ids = list(dict.fromkeys([*every, *new_ids]))
+            chain = _Chain(response_id, [])
+            for taken in set(map(self._items.get, new_ids)) - {None}:
+                taken.whole = False  # type: ignore[union-attr]  # some of its ids are ours
+        else:  # its base's chain goes on in it: the ids already there stay, pointing at it
+            chain.head = response_id
+            new_ids = [i for i in new_ids if self._items.get(i) is not chain]
+            for taken in set(map(self._items.get, new_ids)) - {None}:
+                taken.whole = False  # type: ignore[union-attr]  # (an id met again)
+        entry.chain = chain
+        chain.ids += new_ids
+        self._items.update(dict.fromkeys(new_ids, chain))
+        entry.own_ids, entry.own_id_chars = len(new_ids), sum(map(len, new_ids))
         self._written(response_id, entry)
 
     def _base(self, record: StoredResponse, response_id: str) -> _Entry | None:
@@ -167,17 +200,23 @@ class MemoryStore:
         return base
 
     async def get_item(self, item_id: str, *, owner: str | None = None) -> dict[str, Any] | None:
-        response_id = self._items.get(item_id)
+        chain = self._items.get(item_id)
+        response_id = chain.head if chain is not None else None
         record = await self.get(response_id, owner=owner) if response_id is not None else None
         return find_item(record, item_id) if record is not None else None
 
     def _unindex(self, response_id: str, entry: _Entry) -> None:
-        if entry.indexed:  # else no id points here: a record that extends it took them all
-            items = self._items
-            for item_id in entry.item_ids:
-                if items.get(item_id) == response_id:
-                    del items[item_id]
-        entry.item_ids = []
+        """Its ids leave the index if it is its chain's head (the last record to hold them,
+        as the plain index would have them point); a record before it leaves none."""
+        chain, entry.chain = entry.chain, None
+        if chain is None or chain.head != response_id:
+            return
+        chain.head = None
+        items = self._items
+        for item_id in chain.ids:
+            if items.get(item_id) is chain:
+                del items[item_id]
+        chain.ids = []
 
     async def get(self, response_id: str, *, owner: str | None = None) -> StoredResponse | None:
         entry = self._record(response_id, owner)
