@@ -126,6 +126,7 @@ def prepare(
         limits=limits,
         prompt=prompt,
         seal_reasoning=_reasoning_sealer(request, options, client),
+        reasoning_summary=_unnamed_reasoning(request, options),
     )
     return Turn(
         request,
@@ -140,6 +141,20 @@ def prepare(
         view=view,
         kind=options.kind,
     )
+
+
+def _unnamed_reasoning(request: dict[str, Any], options: TurnOptions) -> int | None:
+    """Where a backend's reasoning goes when its stream does not say (Chat's
+    `reasoning_content`, Messages' thinking): the summary when the client asked for one
+    (Codex, the AI SDK show summaries only), else the raw `reasoning_text` content.
+    Never both: a client that reads both would show it twice."""
+    if options.kind.names_reasoning_parts:
+        return None
+    reasoning = request.get("reasoning")
+    if not isinstance(reasoning, dict):
+        return None
+    asked = reasoning.get("summary", reasoning.get("generate_summary"))
+    return 0 if asked in ("auto", "concise", "detailed") else None
 
 
 def _reasoning_sealer(

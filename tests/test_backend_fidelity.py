@@ -151,13 +151,22 @@ async def test_summary_parts_reach_the_client_one_per_index() -> None:
     assert "".join(e["delta"] for e in raw) == RAW
 
 
-async def test_chat_reasoning_is_raw_reasoning_content_only(
+async def test_chat_reasoning_is_the_summary_asked_for_or_the_raw_content_never_both(
     gw: GatewayHarness, client: AsyncOpenAI
 ) -> None:
-    """A Chat backend's `reasoning_content` is raw reasoning: `content` (as vLLM's Responses
-    serving has it), never a summary, even with `reasoning.summary` asked for."""
-    gw.backend.script([*reasoning_chunks(["Let me ", "think."]), *text_chunks(["Hi"]), DONE])
+    """A Chat backend's `reasoning_content` is the one text there is: the summary when the
+    client asked for one (Codex and the AI SDK show summaries only), else raw reasoning,
+    `content` (as vLLM's Responses serving has it); never both (a client reading both
+    showed it twice)."""
+    script = [*reasoning_chunks(["Let me ", "think."]), *text_chunks(["Hi"]), DONE]
+    gw.backend.script(script)
     events, final = await stream_events(client, reasoning={"summary": "auto"})
+    reasoning = final.output[0].to_dict()
+    assert reasoning["summary"] == [{"type": "summary_text", "text": "Let me think."}]
+    assert reasoning.get("content") in (None, [])
+    assert not any("reasoning_text" in e["type"] for e in events)
+    gw.backend.script(script)
+    events, final = await stream_events(client, reasoning={"effort": "low"})
     reasoning = final.output[0].to_dict()
     assert reasoning["summary"] == []
     assert reasoning["content"] == [{"type": "reasoning_text", "text": "Let me think."}]

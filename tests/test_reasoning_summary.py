@@ -1,7 +1,8 @@
-"""`reasoning.summary` in front of a Chat backend: its reasoning is raw reasoning, so it is the
-item's `reasoning_text` content (as vLLM's Responses serving has it), never a summary part,
-whatever the request asked for; the summary value is echoed and checked. (A Responses
-backend's own summary parts: tests/test_backend_fidelity.py.)"""
+"""`reasoning.summary` in front of a Chat backend: its reasoning is the one text there is, so it
+is the summary when the client asked for one (Codex and the AI SDK show summaries only), else
+the item's raw `reasoning_text` content (as vLLM's Responses serving has it); never both, so a
+client that reads both shows it once. The summary value is echoed and checked. (A Responses
+backend's own summary parts and raw text, kept apart: tests/test_backend_fidelity.py.)"""
 
 from __future__ import annotations
 
@@ -27,7 +28,7 @@ def check_grammar(events: list[dict[str, Any]]) -> None:
 
 
 @pytest.mark.parametrize("summary", ["auto", "concise", "detailed"])
-async def test_raw_reasoning_is_content_whatever_the_summary(
+async def test_reasoning_is_the_summary_asked_for_and_only_that(
     summary: str, gw: GatewayHarness, client: AsyncOpenAI
 ) -> None:
     gw.backend.script(SCRIPT)
@@ -50,25 +51,26 @@ async def test_raw_reasoning_is_content_whatever_the_summary(
         "response.created",
         "response.in_progress",
         "response.output_item.added",
-        "response.content_part.added",
-        "response.reasoning_text.delta",
-        "response.reasoning_text.delta",
-        "response.reasoning_text.done",
-        "response.content_part.done",
+        "response.reasoning_summary_part.added",
+        "response.reasoning_summary_text.delta",
+        "response.reasoning_summary_text.delta",
+        "response.reasoning_summary_text.done",
+        "response.reasoning_summary_part.done",
     ]
-    deltas = [e["delta"] for e in events if e["type"] == "response.reasoning_text.delta"]
+    deltas = [e["delta"] for e in events if e["type"] == "response.reasoning_summary_text.delta"]
     assert deltas == ["Let me ", "think."]
+    assert not any("reasoning_text" in e["type"] for e in events)  # never both
     added = events[3]
-    assert (added["content_index"], added["part"]) == (0, {"type": "reasoning_text", "text": ""})
+    assert (added["summary_index"], added["part"]) == (0, {"type": "summary_text", "text": ""})
     reasoning = final["output"][0]
-    assert reasoning["summary"] == []
-    assert reasoning["content"] == [{"type": "reasoning_text", "text": "Let me think."}]
+    assert reasoning["summary"] == [{"type": "summary_text", "text": "Let me think."}]
+    assert reasoning.get("content") in (None, [])
     assert final["reasoning"]["summary"] == summary
     validate_response(final)
 
     gw.backend.script(SCRIPT)  # not streamed: the same item
     body = await client.responses.create(model="m", input="hi", reasoning={"summary": summary})
-    assert body.output[0].to_dict()["content"] == reasoning["content"]  # type: ignore[union-attr]
+    assert body.output[0].to_dict()["summary"] == reasoning["summary"]  # type: ignore[union-attr]
 
 
 async def test_no_summary_asked_means_no_summary_events(

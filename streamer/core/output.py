@@ -106,6 +106,7 @@ class OutputItemStreamer:
         limits: OutputLimits | None = None,
         prompt: Any = None,
         seal_reasoning: Callable[[str, str | None], str] | None = None,
+        reasoning_summary: int | None = None,
     ) -> None:
         limits = limits or OutputLimits()
         # the client asked for `reasoning.encrypted_content`: each reasoning item carries
@@ -135,9 +136,11 @@ class OutputItemStreamer:
         self._items_left = limits.max_items
         # The limit the backend's answer went past ("max_output_bytes"/"max_output_items").
         self.exceeded: str | None = None
-        # the backend's summary part the reasoning text goes to (None: the raw reasoning,
-        # `reasoning_text` content); only a Responses backend names one (`ReasoningPart`)
-        self._summary: int | None = None
+        # the summary part the reasoning text goes to (None: the raw reasoning,
+        # `reasoning_text` content); a Responses backend names one (`ReasoningPart`), and
+        # `reasoning_summary` says where reasoning nobody named goes (summary 0 when the
+        # client asked for a summary of a backend that only has its reasoning)
+        self._summary: int | None = reasoning_summary
         # a backend's items passed whole, and their events (made when the first comes)
         self._passing: PassedItems | None = None
         # the handlers are the class's (HANDLERS): a table of bound methods here would make

@@ -133,6 +133,9 @@ class BackendKind:
     recorded: Callable[[Mapping[str, Any]], bool]  # a recorded backend request is of it
     tap: TapReading | None = None  # None: its stream is Responses events, checked as they are
     embedded: bool = False  # the embedded scripted model speaks it (no --upstream needed)
+    # its stream says which reasoning is a summary and which the raw text (Responses); else
+    # the reasoning it sends is the one text there is, the summary when one was asked for
+    names_reasoning_parts: bool = False
     headers: tuple[tuple[str, str], ...] = STREAM_HEADERS
     auth: Callable[[str], tuple[str, str]] = bearer  # the backend key's header
     http_error: HttpError = http_error  # a non-2xx answer -> RequestError

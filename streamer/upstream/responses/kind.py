@@ -93,4 +93,5 @@ RESPONSES = BackendKind(
     decoder=ResponsesDecoder,
     decode_whole=decode_response_body,
     recorded=_recorded,
+    names_reasoning_parts=True,
 )
