@@ -36,6 +36,7 @@ import statistics
 import subprocess
 import sys
 import time
+import urllib.request
 from pathlib import Path
 from typing import Any
 
@@ -55,6 +56,7 @@ MODE_NAMES = {
 }
 STREAMER = "streamer"
 CODEX_RELAY = "codex-relay"
+_LOCAL = urllib.request.build_opener(urllib.request.ProxyHandler({}))  # loopback: no proxy
 
 
 def cpu_ns(t: tg.Target) -> int:
@@ -107,6 +109,41 @@ def floor_ms(k: int, repeat: int) -> float:
         for _ in range(calls):
             orjson.dumps(orjson.loads(raw))
         samples.append((time.thread_time_ns() - start) / calls / 1e6)
+    return statistics.median(samples)
+
+
+def send_floor_ms(
+    backend: tg.Target, gateway: tg.Target, k: int, repeat: int, gw: set[int] | None
+) -> float:
+    """CPU ms (thread time, on the gateway core) to send the backend, over loopback from a
+    plain blocking socket, the very Chat body the gateway sent it for a `prev` turn at K
+    (`GET /last`), and read its answer: what a turn costs any relay of that body, however
+    little of it is new (the history a Chat backend must be sent every turn)."""
+    conv = hw.Conversation(gateway.url, "prev", gateway.api_key)
+    try:
+        conv.start(k)
+        conv.turn()
+    finally:
+        conv.close()
+    with _LOCAL.open(backend.url + "/last", timeout=30) as resp:
+        last = orjson.loads(resp.read())
+    body = orjson.dumps(last["body"])
+    client = hw.HttpClient(backend.url)
+    home = os.sched_getaffinity(0)
+    if gw:
+        os.sched_setaffinity(0, gw)  # this thread, as the gateway ran
+    try:
+        client.post(last["path"], body)  # the connection made, and warm
+        calls = max(5, min(200, 50_000_000 // len(body)))
+        samples = []
+        for _ in range(repeat):
+            start = time.thread_time_ns()
+            for _ in range(calls):
+                client.post(last["path"], body)
+            samples.append((time.thread_time_ns() - start) / calls / 1e6)
+    finally:
+        os.sched_setaffinity(0, home)
+        client.close()
     return statistics.median(samples)
 
 
@@ -193,8 +230,12 @@ def summarise(samples: list[dict]) -> dict[str, Any]:
     }
 
 
-def ratios(cells: dict[str, dict], floors: dict[int, float], ks: list[int]) -> list[dict]:
-    """The issue's targets as same-run ratios (None where a figure is missing)."""
+def ratios(
+    cells: dict[str, dict], floors: dict[int, float], sends: dict[int, float], ks: list[int]
+) -> list[dict]:
+    """The issue's targets as same-run ratios (None where a figure is missing); for the
+    continuations also the ratio less the growth of the send floor (what relaying the
+    longer Chat body costs any relay: the rest is the gateway's own work)."""
 
     def cell(name: str, mode: str, k: int) -> float | None:
         return cells.get(f"{name}|{mode}|{k}", {}).get("median")
@@ -207,12 +248,14 @@ def ratios(cells: dict[str, dict], floors: dict[int, float], ks: list[int]) -> l
         {"target": f"HTTP full replay, K={big}: CPU / codex-relay's", "limit": 0.5,
          "value": s_full / relay if s_full and relay else None},
     ]  # fmt: skip
+    grown = sends[big] - sends[small] if big in sends and small in sends else None
     for mode in ("ws", "prev"):
         a, b = cell(STREAMER, mode, big), cell(STREAMER, mode, small)
-        out.append(
-            {"target": f"{MODE_NAMES[mode]}: CPU per turn at K={big} / at K={small}",
-             "limit": 2.0, "value": a / b if a and b else None}
-        )  # fmt: skip
+        name = f"{MODE_NAMES[mode]}: CPU per turn at K={big} / at K={small}"
+        out.append({"target": name, "limit": 2.0, "value": a / b if a and b else None})
+        net = (a - grown) / b if a and b and grown is not None else None
+        out.append({"target": name + ", less the send floor's growth", "limit": 2.0,
+                    "value": net})  # fmt: skip
     for r in out:
         r["ok"] = r["value"] is not None and r["value"] <= r["limit"]
     return out
@@ -225,7 +268,9 @@ def markdown(result: dict[str, Any]) -> str:
         "",
         f"{result['when']}, {result['machine']}; pinning: {result['pinning']}.",
         "CPU ms per turn, median of the windows (min-max); the orjson floor is loads + dumps"
-        " of the `full` body.",
+        " of the `full` body; the send floor is the CPU of sending the backend, from a plain"
+        " socket on the gateway core, the Chat body the gateway sent it at K, and reading"
+        " its answer.",
         "",
     ]
     for mode in result["modes"]:
@@ -235,6 +280,9 @@ def markdown(result: dict[str, Any]) -> str:
         if mode == "full":
             floor = " | ".join(f"{result['floor_ms'][str(k)]:.2f}" for k in ks)
             lines.append(f"| orjson floor | {floor} |")
+        if result.get("send_ms"):
+            send = " | ".join(f"{result['send_ms'].get(str(k), 0.0):.2f}" for k in ks)
+            lines.append(f"| send floor | {send} |")
         for name in names:
             why = result["unsupported"].get(f"{name}|{mode}")
             if why:
@@ -311,6 +359,8 @@ def main() -> None:
         skipped = [f"{t.name}: {t.reason}" for t in started if t.status != "ok"]
         floors = {k: floor_ms(k, 7) for k in args.k}
         run = run_cells(args, active, gw)
+        streamer = next((t for t in active if t.name == STREAMER), None)
+        sends = {k: send_floor_ms(backend, streamer, k, 5, gw) for k in args.k} if streamer else {}
     finally:
         for t in started:
             tg.stop(t.proc)
@@ -325,11 +375,12 @@ def main() -> None:
         "targets": [t.name for t in active],
         "versions": {t.name: t.version for t in active},
         "floor_ms": {str(k): v for k, v in floors.items()},
+        "send_ms": {str(k): v for k, v in sends.items()},
         "unsupported": {f"{n}|{m}": why for (n, m), why in run["supported"].items() if why},
         "cells": cells,
         "skipped": skipped,
     }
-    result["ratios"] = ratios(cells, floors, args.k)
+    result["ratios"] = ratios(cells, floors, sends, args.k)
     RESULTS.mkdir(exist_ok=True)
     json_path = RESULTS / f"{args.name}.json"
     json_path.write_text(json.dumps(result, indent=1))

@@ -134,7 +134,7 @@ class HttpClient:
             f"Content-Type: application/json\r\nAccept: text/event-stream\r\n{auth}"
             f"Content-Length: {len(body)}\r\n\r\n"
         ).encode()
-        sock.sendall(head + body)
+        _send_all(sock, [memoryview(head), memoryview(body)])  # the body not copied
         status, headers = self._head()
         if b"chunked" in headers.get(b"transfer-encoding", b""):
             data = self._chunked()
@@ -189,6 +189,16 @@ class HttpClient:
         while got := self.sock.recv(1 << 20):
             chunks.append(got)
         return b"".join(chunks)
+
+
+def _send_all(sock: socket.socket, parts: list[memoryview]) -> None:
+    """`sock.sendall(b"".join(parts))` in vectored writes (a timeout's socket may take part)."""
+    while parts:
+        sent = sock.sendmsg(parts)
+        while parts and sent >= len(parts[0]):
+            sent -= len(parts.pop(0))
+        if parts:
+            parts[0] = parts[0][sent:]
 
 
 class WsClient:

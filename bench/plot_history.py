@@ -43,6 +43,9 @@ def main(src: str, dst: str) -> None:
         if mode == "full":
             floor = [result["floor_ms"][str(k)] for k in ks]
             ax.plot(ks, floor, "k--", label="orjson loads + dumps")
+        sends = result.get("send_ms") or {}
+        if all(str(k) in sends for k in ks):
+            ax.plot(ks, [sends[str(k)] for k in ks], "k:", label="send floor (Chat body)")
         ax.set_xscale("log")
         ax.set_yscale("log")
         ax.set_xlabel("history items K")
