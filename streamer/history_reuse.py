@@ -39,6 +39,7 @@ from streamer.core.lowering import LoweringOptions
 from streamer.core.media_parts import check_media
 from streamer.core.tool_templates import SOURCE_ITEMS
 from streamer.core.tools import NamingConfig, ResponsesToolNames
+from streamer.core.wire_messages import lowered_key
 from streamer.sealing import Sealer
 from streamer.store.base import visible
 from streamer.upstream.kind import BackendKind
@@ -88,6 +89,7 @@ class Kept:
     # the history last made from it (`continuation`): a turn given that very sequence
     # starts with its items by construction, and is not compared item by item
     history: Sequence[dict[str, Any]] | None = None
+    made_from: Sequence[dict[str, Any]] | None = None  # `items` or `stored`: which it was
 
 
 class HistoryCache:
@@ -105,12 +107,19 @@ class HistoryCache:
     def __len__(self) -> int:
         return len(self._kept)
 
-    def continued(self, previous: str, context: Context, history: Sequence[Any]) -> Kept | None:
-        """The kept turn `previous` if `history` starts with its items, in `context`."""
+    def continued(
+        self, previous: str, context: Context, history: Sequence[Any], stored: bool = True
+    ) -> Kept | None:
+        """The kept turn `previous` if `history` starts with its items (or, if `stored`, its
+        stored ones), in `context`."""
         kept = self._kept.get(previous)
         if kept is None or kept.context != context:
             return None
-        if history is not kept.history and not _starts(history, kept):
+        if history is kept.history:
+            fits = stored or kept.made_from is kept.items
+        else:
+            fits = _starts(history, kept, stored)
+        if not fits:
             return None
         self._kept.move_to_end(previous)
         self.hits += 1
@@ -153,7 +162,7 @@ class HistoryCache:
         history = (*items, *output)
         kept = self._kept.get(response_id)
         if kept is not None and (items is kept.items or items is kept.stored):
-            kept.history = history
+            kept.history, kept.made_from = history, items
         return history
 
     def replayed(self, context: Context, raw: list[Any]) -> Kept | None:
@@ -221,13 +230,14 @@ def _starts_input(raw: list[Any], known: list[Any]) -> bool:
     return n <= len(raw) and raw[n - 1] == known[-1] and raw[:n] == known
 
 
-def _starts(history: Sequence[Any], kept: Kept) -> bool:
-    """Whether `history` starts with `kept`'s items, or its stored ones (as values)."""
+def _starts(history: Sequence[Any], kept: Kept, stored: bool) -> bool:
+    """Whether `history` starts with `kept`'s items, or (if `stored`) its stored ones (as
+    values)."""
     n = len(kept.items)
     if len(history) < n:
         return False
     head = list(history[:n])
-    return head == kept.items or (kept.stored is not None and head == kept.stored)
+    return head == kept.items or (stored and kept.stored is not None and head == kept.stored)
 
 
 def context(request: Mapping[str, Any], options: TurnOptions, client: str) -> Context | None:
@@ -252,7 +262,7 @@ def inputs(
     """Validate and open the turn's items, resuming a kept turn's work where one fits."""
     raw = request.get("input", [])
     ctx = context(request, options, client) if len(history) + _length(raw) >= MIN_ITEMS else None
-    kept = _find(options.history, ctx, request, history, raw) if ctx is not None else None
+    kept = _find(options, ctx, request, history, raw) if ctx is not None else None
     if kept is not None:
         got = _resume(kept, options, history, raw, client)
         if got is not None:
@@ -275,17 +285,20 @@ def _replayable(raw: Any, history: Sequence[Any]) -> list[Any] | None:
 
 
 def _find(
-    cache: HistoryCache | None,
+    options: TurnOptions,
     ctx: Context,
     request: Mapping[str, Any],
     history: Sequence[dict[str, Any]],
     raw: Any,
 ) -> Kept | None:
+    cache, kind = options.history, options.kind
     if cache is None:
         return None
     if history:
         previous = request.get("previous_response_id")
-        return cache.continued(previous, ctx, history) if isinstance(previous, str) else None
+        if not isinstance(previous, str):
+            return None
+        return cache.continued(previous, ctx, history, stored=kind.resumes_stored)
     return cache.replayed(ctx, raw) if isinstance(raw, list) else None
 
 
@@ -346,7 +359,8 @@ def keep(
 ) -> None:
     """Keep the turn's lowering for the turns that continue it (before it runs: the tool
     map is copied before the turn adds spellings to it)."""
-    state = getattr(backend_request.get("messages"), "state", None)
+    name = lowered_key(backend_request)
+    state = backend_request[name].state if name is not None else None
     if got.context is None or options.history is None or state is None:
         return
     size = state.encoded.size * (2 if got.raw is not None else 1) + ITEM_OVERHEAD * len(got.items)

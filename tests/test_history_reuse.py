@@ -24,6 +24,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from item_strategies import TOOLS, items
 from scripted_backend import DONE, finish, text_chunks, tool_call_chunks, usage
+from scripted_responses_backend import ScriptedResponsesBackend
 
 from streamer.compaction import REASONING_FIELD
 from streamer.config import Settings
@@ -33,7 +34,9 @@ from streamer.history_reuse import MIN_ITEMS, HistoryCache, inputs
 from streamer.options import turn_options
 from streamer.sealing import Sealer
 from streamer.turn import Turn, TurnOptions, prepare
-from streamer.upstream.chat.kind import streaming
+from streamer.upstream.chat.kind import CHAT
+from streamer.upstream.chat.profiles import BackendProfile
+from streamer.upstream.responses.kind import RESPONSES
 
 SEALER = Sealer.random()
 BIG = 64 * 1024 * 1024
@@ -50,8 +53,9 @@ def outcome(opts: TurnOptions, request: dict[str, Any], history: Any, client: st
         return ("400", exc.message, exc.param)
 
 
-def same(cached: Any, plain: Any) -> None:
-    """The turn with the cache is the plain turn, down to the bytes the backend gets."""
+def same(cached: Any, plain: Any, kind: Any = CHAT) -> None:
+    """The turn with the cache is the plain turn, down to the bytes the backend gets (as
+    its kind sends the request: a Chat body's `messages`, a Responses body's `input`)."""
     if not isinstance(plain, Turn):
         assert cached == plain
         return
@@ -60,8 +64,9 @@ def same(cached: Any, plain: Any) -> None:
     assert cached.view == plain.view
     assert cached.names == plain.names
     assert cached.backend_request == plain.backend_request
-    sent = streaming(True, cached.backend_request)
-    assert encode_body(sent) == orjson.dumps(streaming(True, plain.backend_request))
+    wire = kind.body(BackendProfile("test"))
+    sent = wire(cached.backend_request)
+    assert encode_body(sent) == orjson.dumps(wire(plain.backend_request))
     strip = ("id", "created_at")
     assert {k: v for k, v in cached.response.items() if k not in strip} == {
         k: v for k, v in plain.response.items() if k not in strip
@@ -111,14 +116,19 @@ def changed(request: dict[str, Any], change: str) -> tuple[dict[str, Any], str]:
 
 
 @settings(max_examples=250, deadline=None, suppress_health_check=SLOW)
-@given(HISTORIES, TURNS, st.sampled_from([[], [sealed_reasoning("before")]]))
+@given(
+    HISTORIES,
+    TURNS,
+    st.sampled_from([[], [sealed_reasoning("before")]]),
+    st.sampled_from([CHAT, RESPONSES]),
+)
 def test_every_turn_of_a_conversation_is_the_plain_turn(
-    start: list[Any], turns: list[Any], sealed: list[Any]
+    start: list[Any], turns: list[Any], sealed: list[Any], kind: Any
 ) -> None:
-    cached_opts, plain_opts = options(True), options(False)
+    cached_opts, plain_opts = options(True, kind=kind), options(False, kind=kind)
     request = {"model": "m", "tools": TOOLS, "instructions": "Be brief.", "input": sealed + start}
     cached = outcome(cached_opts, request, (), "c1")
-    same(cached, outcome(plain_opts, request, (), "c1"))
+    same(cached, outcome(plain_opts, request, (), "c1"), kind)
     for mode, new, output, change in turns:
         if not isinstance(cached, Turn):
             return
@@ -131,7 +141,7 @@ def test_every_turn_of_a_conversation_is_the_plain_turn(
         turn_request, client = changed(turn_request, change)
         plain = outcome(plain_opts, turn_request, history, client)
         cached = outcome(cached_opts, turn_request, history, client)
-        same(cached, plain)
+        same(cached, plain, kind)
         request = {**turn_request, "input": [*history, *new]} if mode != "replay" else turn_request
         request.pop("previous_response_id", None)
 
@@ -150,23 +160,26 @@ NEXT = [{"type": "function_call_output", "call_id": "c9", "output": "more"}]
 CALL = {"type": "function_call", "call_id": "c9", "name": "run", "arguments": "{}"}
 
 
-def test_a_continuation_resumes_the_turn_it_continues() -> None:
-    opts = options(True)
-    first = prepare({**REQUEST, "input": conversation(40)}, opts, client="c1")
+@pytest.mark.parametrize(("kind", "key"), [(CHAT, "messages"), (RESPONSES, "input")])
+def test_a_continuation_resumes_the_turn_it_continues(kind: Any, key: str) -> None:
+    opts = options(True, kind=kind)
+    first = prepare({**REQUEST, "input": conversation(40, 400)}, opts, client="c1")
     history = (*first.items, CALL)
     body = {**REQUEST, "input": NEXT, "previous_response_id": first.response["id"]}
     got = inputs(body, opts, history, "c1")
     assert got.resumed is not None and len(got.resumed.items) == len(first.items)
     turn = prepare(body, opts, history=history, client="c1")
-    messages = turn.backend_request["messages"]
-    assert isinstance(messages, LoweredMessages) and messages.encoded.count > 40
-    same(turn, prepare(body, options(False), history=history))
+    lowered = turn.backend_request[key]
+    assert isinstance(lowered, LoweredMessages) and lowered.encoded.count > 40
+    assert len(body_pieces(kind.body(BackendProfile("test"))(turn.backend_request))) > 1
+    same(turn, prepare(body, options(False, kind=kind), history=history), kind)
 
 
-def test_two_continuations_of_one_turn_each_get_their_own_lowering() -> None:
+@pytest.mark.parametrize("kind", [CHAT, RESPONSES])
+def test_two_continuations_of_one_turn_each_get_their_own_lowering(kind: Any) -> None:
     """A fork: the first goes on in the kept turn's message list, the second from a copy;
     and a third continues the first."""
-    opts, plain = options(True), options(False)
+    opts, plain = options(True, kind=kind), options(False, kind=kind)
     first = prepare({**REQUEST, "input": conversation(40)}, opts, client="c1")
     turns = []
     for extra in ("one", "two"):
@@ -174,11 +187,12 @@ def test_two_continuations_of_one_turn_each_get_their_own_lowering() -> None:
         new = [{"type": "function_call_output", "call_id": "c9", "output": extra}]
         body = {**REQUEST, "input": new, "previous_response_id": first.response["id"]}
         turn = prepare(body, opts, history=history, client="c1")
-        same(turn, prepare(body, plain, history=history))
+        same(turn, prepare(body, plain, history=history), kind)
         turns.append(turn)
     history = (*turns[0].items, CALL)
     body = {**REQUEST, "input": NEXT, "previous_response_id": turns[0].response["id"]}
-    same(prepare(body, opts, history=history, client="c1"), prepare(body, plain, history=history))
+    again = prepare(body, opts, history=history, client="c1")
+    same(again, prepare(body, plain, history=history), kind)
     assert opts.history is not None and opts.history.hits == 3
 
 
@@ -348,7 +362,23 @@ async def _ws_session(gw: GatewayHarness) -> list[bytes]:
                     break
                 assert event["type"] != "error", event
             new = NEXT
-    return [r.raw for r in gw.backend.records if r.path.endswith("/chat/completions")]
+    return _sent(gw)
+
+
+def _sent(gw: GatewayHarness) -> list[bytes]:
+    """The bodies of the model requests the backend got (Chat or Responses)."""
+    paths = ("/chat/completions", "/responses")
+    return [r.raw for r in gw.backend.records if r.path.endswith(paths)]
+
+
+def _gateway(api: str, size: int) -> GatewayHarness:
+    if api == "chat":
+        return GatewayHarness(history_cache_bytes=size)
+    backend = ScriptedResponsesBackend(personality="openai")
+    return GatewayHarness(
+        backend=backend, upstream_api="responses", backend_profile="openai",
+        history_cache_bytes=size,
+    )  # fmt: skip
 
 
 async def _replays(gw: GatewayHarness) -> list[bytes]:
@@ -361,14 +391,17 @@ async def _replays(gw: GatewayHarness) -> list[bytes]:
             async with session.post(gw.url + "/responses", json=body) as resp:
                 answer = await resp.json()
             history = [*history, *answer["output"], *NEXT]
-    return [r.raw for r in gw.backend.records if r.path.endswith("/chat/completions")]
+    return _sent(gw)
 
 
+@pytest.mark.parametrize("api", ["chat", "responses"])
 @pytest.mark.parametrize("drive", [_ws_session, _replays])
-async def test_the_backend_gets_the_same_bytes_with_the_cache_as_without(drive: Any) -> None:
+async def test_the_backend_gets_the_same_bytes_with_the_cache_as_without(
+    drive: Any, api: str
+) -> None:
     sent = {}
     for size in (0, BIG):
-        async with GatewayHarness(history_cache_bytes=size) as gw:
+        async with _gateway(api, size) as gw:
             sent[size] = await drive(gw)
             cache, bodies = gw.gateway.options.history, gw.gateway.bodies
             hits = cache.hits if cache is not None else 0
@@ -400,18 +433,19 @@ async def _stored_chain(gw: GatewayHarness) -> list[bytes]:
     first_ids = [item["id"] for item in listed[0]]
     assert [item["id"] for item in listed[2]][: len(first_ids)] == first_ids  # ids kept
     strip = [[{k: v for k, v in i.items() if k != "id"} for i in page] for page in listed]
-    return [r.raw for r in gw.backend.records if r.path.endswith("/chat/completions")] + [
-        orjson.dumps(strip)
-    ]
+    return [*_sent(gw), orjson.dumps(strip)]
 
 
-async def test_a_stored_chain_sends_and_stores_what_the_plain_one_does() -> None:
+@pytest.mark.parametrize("api", ["chat", "responses"])
+async def test_a_stored_chain_sends_and_stores_what_the_plain_one_does(api: str) -> None:
     sent = {}
     for size in (0, BIG):
-        async with GatewayHarness(history_cache_bytes=size) as gw:
+        async with _gateway(api, size) as gw:
             sent[size] = await _stored_chain(gw)
             cache = gw.gateway.options.history
-            assert (cache.hits if cache is not None else 0) == (2 if size else 0)
+            # a Responses backend is sent the history as the store lists it: in full
+            resumed = 2 if size and api == "chat" else 0
+            assert (cache.hits if cache is not None else 0) == resumed
             entries = gw.gateway.store._entries  # type: ignore[attr-defined]
             shared = [e.items[0] for e in entries.values()]
         assert len(sent[size]) == 4

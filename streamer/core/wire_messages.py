@@ -96,21 +96,31 @@ SMALL = 4096  # pieces shorter than this are joined with their neighbours
 
 
 def body_pieces(body: Mapping[str, Any]) -> list[bytes]:
-    """The bytes of `orjson.dumps(body)`, in pieces: the kept blobs of lowered messages as
-    they are (a socket takes them in one vectored write, never copied into one buffer),
-    the short pieces between them joined; one piece for any other body."""
-    messages = body.get("messages")
-    if messages.__class__ is not LoweredMessages:
-        return [orjson.dumps(body)]
-    pieces = messages.pieces()
-    if pieces is None:
+    """The bytes of `orjson.dumps(body)`, in pieces: the kept blobs of lowered messages (a
+    Chat body's `messages`, a Responses body's `input`) as they are (a socket takes them in
+    one vectored write, never copied into one buffer), the short pieces between them
+    joined; one piece for any other body."""
+    name = lowered_key(body)
+    pieces = body[name].pieces() if name is not None else None
+    if name is None or pieces is None:
         return [orjson.dumps(body)]
     keys = list(body)
-    at = keys.index("messages")
+    at = keys.index(name)
     head = orjson.dumps({k: body[k] for k in keys[:at]})[:-1]  # `{...` without its `}`
     tail = orjson.dumps({k: body[k] for k in keys[at + 1 :]})[1:]  # `...}` without `{`
-    key = b'"messages":' if at == 0 else b',"messages":'
+    key = b'"%s":' % name.encode() if at == 0 else b',"%s":' % name.encode()
     return _joined_small([head, key, *pieces, b"," if len(tail) > 1 else b"", tail])
+
+
+LOWERED_KEYS = ("messages", "input")  # where a kind's lowering puts its list (Chat, Responses)
+
+
+def lowered_key(body: Mapping[str, Any]) -> str | None:
+    """The key of the body's `LoweredMessages`, if it has one."""
+    for name in LOWERED_KEYS:
+        if body.get(name).__class__ is LoweredMessages:
+            return name
+    return None
 
 
 def _joined_small(parts: list[bytes]) -> list[bytes]:

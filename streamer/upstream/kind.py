@@ -141,6 +141,10 @@ class BackendKind:
     http_error: HttpError = http_error  # a non-2xx answer -> RequestError
     rejected_params: RejectedParams = rejected_params  # a 400 naming optional parameters
     resuming: ResumingLower | None = None  # `lower` resumable (None: every turn in full)
+    # an input item as the store lists it (message text as parts) lowers as the item sent
+    # did: a continuation of a stored response resumes its kept turn (Chat: text is text;
+    # Responses passes items as they are, so a history read as stored is lowered in full)
+    resumes_stored: bool = True
 
     def wire(self, profile: BackendProfile) -> Wire:
         """What the shared client sends and reads for a model of this kind on `profile`."""
