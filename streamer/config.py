@@ -148,7 +148,16 @@ class Settings:
         "turn continuing one (previous_response_id, the WebSocket mode, a replayed "
         "history) lowers only its new items; least recently used dropped first; 0: none.",
     )
-    max_body_bytes: int = setting(32 * 1024 * 1024, "Largest request body (413 beyond).")
+    max_body_bytes: int = setting(
+        32 * 1024 * 1024,
+        "Largest request body on the wire, compressed or not (413 beyond; a larger "
+        "Content-Length is refused from the head).",
+    )
+    max_decoded_body_bytes: int = setting(
+        32 * 1024 * 1024,
+        "Largest request body once its Content-Encoding is decoded, counted while it is "
+        "decoded (413 beyond): a small compressed body cannot become a large one.",
+    )
     max_json_values: int = setting(
         1_000_000,
         "Most JSON values (arrays, objects, scalars; an empty array or object counts two) in "

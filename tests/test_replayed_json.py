@@ -24,7 +24,7 @@ from hypothesis import strategies as st
 from streamer.core import item_references, json_bounds, replayed_json
 from streamer.core.errors import RequestError
 from streamer.core.replayed_json import KnownInput, ReplayedBodies, input_span
-from streamer.frontends.fast_http import parse_json
+from streamer.frontends.endpoint import parse_body
 
 TRICKY = st.sampled_from(
     ['"input":[', '],"tools":', "]", ",", '\\"', "tools", "input", "x", "é", "\u2028", "}"]
@@ -199,10 +199,10 @@ def test_the_fast_path_parse_and_the_plain_one_answer_alike() -> None:
     items = [{"type": "message", "role": "user", "content": "x" * 1000} for _ in range(80)]
     bodies = ReplayedBodies(1 << 24)
     raw = orjson.dumps({"model": "m", "input": items})
-    parse_json(raw, bodies=bodies, authorization="Bearer k")
+    parse_body(raw, bodies=bodies, authorization="Bearer k")
     bad = raw[:-2] + b",]}"
     with pytest.raises(RequestError) as cached:
-        parse_json(bad, bodies=bodies, authorization="Bearer k")
+        parse_body(bad, bodies=bodies, authorization="Bearer k")
     with pytest.raises(RequestError) as plain:
-        parse_json(bad)
+        parse_body(bad)
     assert cached.value.message == plain.value.message
