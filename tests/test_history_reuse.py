@@ -26,14 +26,14 @@ from item_strategies import TOOLS, items
 from scripted_backend import DONE, finish, text_chunks, tool_call_chunks, usage
 from scripted_responses_backend import ScriptedResponsesBackend
 
-from streamer.compaction import REASONING_FIELD
+from streamer.core.compaction import REASONING_FIELD
 from streamer.config import Settings
 from streamer.core.errors import RequestError
 from streamer.core.wire_messages import Encoded, LoweredMessages, body_pieces, encode_body
-from streamer.history_reuse import MIN_ITEMS, HistoryCache, inputs
-from streamer.options import turn_options
-from streamer.sealing import Sealer
-from streamer.turn import Turn, TurnOptions, prepare
+from streamer.turns.history_reuse import MIN_ITEMS, HistoryCache, inputs
+from streamer.turns.options import turn_options
+from streamer.core.sealing import Sealer
+from streamer.turns.turn import Turn, TurnOptions, prepare
 from streamer.upstream.chat.kind import CHAT
 from streamer.upstream.chat.profiles import BackendProfile
 from streamer.upstream.responses.kind import RESPONSES

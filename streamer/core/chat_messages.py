@@ -4,7 +4,7 @@ Items go in in order (`MessageBuilder.add`, or `_plain_run` for the runs of plai
 items a history is mostly made of); the builder holds the one assistant message still open.
 Its state can be kept (`MessagesState`, with the messages' bytes: core/wire_messages.py) and
 resumed by a later turn whose input starts with the same items, so that a long conversation
-is lowered, and encoded, once (streamer/history_reuse.py). See core/lowering.py for the
+is lowered, and encoded, once (streamer/turns/history_reuse.py). See core/lowering.py for the
 choices every Chat backend accepts.
 """
 

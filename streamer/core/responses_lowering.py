@@ -11,7 +11,7 @@ and the calls in `input` are rewritten the same way. Ids in `input` are the gate
 are left out. Unknown fields and item types pass through.
 
 Each item is lowered on its own, so a turn that continues an earlier one's lowering
-(streamer/history_reuse.py) lowers only its new items: `InputState` keeps the lowered items
+(streamer/turns/history_reuse.py) lowers only its new items: `InputState` keeps the lowered items
 and their bytes (core/wire_messages.py), and the input is a `LoweredMessages` whose earlier
 part goes to the backend as those bytes.
 """

@@ -1,7 +1,7 @@
 """Lowered messages that keep the bytes of their earlier part (pure).
 
 A conversation's lowered messages change only at their end from one turn to the next: a
-turn that continues one (streamer/history_reuse.py) resumes the lowering where the last
+turn that continues one (streamer/turns/history_reuse.py) resumes the lowering where the last
 turn left it, and its earlier messages need not be encoded again either. `Encoded` holds
 the JSON of a run of messages as a few blobs, each the comma-joined encodings of the
 messages one turn added; `LoweredMessages` is the message list as everything reads it (a

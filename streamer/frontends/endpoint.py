@@ -38,13 +38,13 @@ from streamer.core.replayed_json import MIN_BYTES, ReplayedBodies
 from streamer.core.response import new_id
 from streamer.frontends.api_keys import ApiKeys, credential
 from streamer.frontends.request_body import BodyReader, check_coding, check_media, closing
-from streamer.gateway import Gateway
-from streamer.identity import client_identity
+from streamer.core.identity import client_identity
 from streamer.logs import choose_request_id
 from streamer.metrics import Metrics
 from streamer.store import StoreUnavailable
-from streamer.turn import Turn
-from streamer.turn_runner import JSONSink
+from streamer.turns.gateway import Gateway
+from streamer.turns.turn import Turn
+from streamer.turns.turn_runner import JSONSink
 
 log = logging.getLogger("streamer.frontends.endpoint")
 

@@ -34,7 +34,7 @@ Lower = Callable[
 
 class ResumingLower(Protocol):
     """A kind's lowering that can resume where an earlier turn's left off (`lower`'s
-    `resume` and `keep`: core/lowering.py; streamer/history_reuse.py decides)."""
+    `resume` and `keep`: core/lowering.py; streamer/turns/history_reuse.py decides)."""
 
     def __call__(
         self,

@@ -8,13 +8,13 @@ import orjson
 
 from streamer.core.events import TERMINAL_EVENT_TYPES, Event
 from streamer.store import StoredResponse, with_item_ids
-from streamer.turn import Turn
+from streamer.turns.turn import Turn
 
 
 def stored(turn: Turn) -> StoredResponse:
     """What the store keeps of a turn: the public response, the input as listed (each item
     with its id: a fresh one where it has none), who asked (the owner), and the affinity
-    key it was routed by (streamer/upstream/registry.py). A turn that continues a stored
+    key it was routed by (streamer/turns/registry.py). A turn that continues a stored
     response it took from the kept turn (`Turn.stored_base`) reuses that record's items as
     they are, and says so (`extends`)."""
     base, items = turn.stored_base, turn.items

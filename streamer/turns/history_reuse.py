@@ -32,7 +32,7 @@ from typing import Any, Protocol
 
 import orjson
 
-from streamer.compaction import COMPACTION_TYPES, restore
+from streamer.core.compaction import COMPACTION_TYPES, restore
 from streamer.core.errors import invalid
 from streamer.core.input_items import normalize_input
 from streamer.core.lowering import LoweringOptions
@@ -40,7 +40,7 @@ from streamer.core.media_parts import check_media
 from streamer.core.tool_templates import SOURCE_ITEMS
 from streamer.core.tools import NamingConfig, ResponsesToolNames
 from streamer.core.wire_messages import lowered_key
-from streamer.sealing import Sealer
+from streamer.core.sealing import Sealer
 from streamer.store.base import visible
 from streamer.upstream.kind import BackendKind
 
