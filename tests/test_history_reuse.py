@@ -26,13 +26,13 @@ from item_strategies import TOOLS, items
 from scripted_backend import DONE, finish, text_chunks, tool_call_chunks, usage
 from scripted_responses_backend import ScriptedResponsesBackend
 
-from streamer.core.compaction import REASONING_FIELD
 from streamer.config import Settings
+from streamer.core.compaction import REASONING_FIELD
 from streamer.core.errors import RequestError
+from streamer.core.sealing import Sealer
 from streamer.core.wire_messages import Encoded, LoweredMessages, body_pieces, encode_body
 from streamer.turns.history_reuse import MIN_ITEMS, HistoryCache, inputs
 from streamer.turns.options import turn_options
-from streamer.core.sealing import Sealer
 from streamer.turns.turn import Turn, TurnOptions, prepare
 from streamer.upstream.chat.kind import CHAT
 from streamer.upstream.chat.profiles import BackendProfile

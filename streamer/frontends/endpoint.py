@@ -34,11 +34,11 @@ from streamer import logs
 from streamer.core import json_bounds, sse
 from streamer.core.errors import RequestError, invalid, shutting_down, store_unavailable
 from streamer.core.events import Event
+from streamer.core.identity import client_identity
 from streamer.core.replayed_json import MIN_BYTES, ReplayedBodies
 from streamer.core.response import new_id
 from streamer.frontends.api_keys import ApiKeys, credential
 from streamer.frontends.request_body import BodyReader, check_coding, check_media, closing
-from streamer.core.identity import client_identity
 from streamer.logs import choose_request_id
 from streamer.metrics import Metrics
 from streamer.store import StoreUnavailable

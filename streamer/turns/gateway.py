@@ -25,8 +25,8 @@ from streamer.core.errors import (
     store_unavailable,
 )
 from streamer.core.events import Event
-from streamer.core.replayed_json import ReplayedBodies
 from streamer.core.identity import request_client
+from streamer.core.replayed_json import ReplayedBodies
 from streamer.metrics import Metrics
 from streamer.store import ResponseStore, StoredResponse, StoreUnavailable
 from streamer.store.health import StoreHealth

@@ -37,10 +37,10 @@ from streamer.core.errors import invalid
 from streamer.core.input_items import normalize_input
 from streamer.core.lowering import LoweringOptions
 from streamer.core.media_parts import check_media
+from streamer.core.sealing import Sealer
 from streamer.core.tool_templates import SOURCE_ITEMS
 from streamer.core.tools import NamingConfig, ResponsesToolNames
 from streamer.core.wire_messages import lowered_key
-from streamer.core.sealing import Sealer
 from streamer.store.base import visible
 from streamer.upstream.kind import BackendKind
 

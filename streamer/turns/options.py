@@ -25,8 +25,8 @@ from streamer.core.model_metadata import load_model_catalog
 from streamer.core.models_config import TOOL_NAME_STYLES, ModelSpec
 from streamer.core.sealing import EPHEMERAL_KEY, Sealer, load_sealer
 from streamer.core.tools import NamingConfig
-from streamer.turns.turn import TurnOptions
 from streamer.turns.history_reuse import HistoryCache
+from streamer.turns.turn import TurnOptions
 from streamer.upstream.chat.profiles import PROFILES, BackendProfile, lowering_options, resolve
 from streamer.upstream.kind import BackendKind
 from streamer.upstream.kinds import kind_named
