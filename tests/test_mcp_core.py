@@ -16,7 +16,7 @@ from streamer.core.mcp_items import ListedTool, outcome
 from streamer.core.mcp_loop import McpCall, McpLimits, McpTurn, budget
 from streamer.core.mcp_servers import McpServer, ToolFilter, public, servers
 from streamer.mcp.guard import Blocked, HostRule
-from streamer.recorder import ExchangeRecorder
+from streamer.turns.recorder import ExchangeRecorder
 
 URL = "https://mcp.example.com/secret/path"
 

@@ -34,13 +34,13 @@ from aiohttp import WSCloseCode, WSMsgType, web
 from streamer.core.errors import RequestError, invalid, server_error
 from streamer.core.events import Event
 from streamer.core.response import new_id
+from streamer.frontends.api_keys import CLIENT
 from streamer.frontends.http import GATEWAY
 from streamer.frontends.ws_frames import text_frames, with_stream_id
 from streamer.frontends.ws_queue import QUEUE_FULL, Admission, QueueBudget
 from streamer.frontends.ws_session import History, Lane, Queued, Refused, SessionRules
-from streamer.gateway import Gateway
-from streamer.identity import CLIENT
-from streamer.turn import Turn
+from streamer.turns.gateway import Gateway
+from streamer.turns.turn import Turn
 
 log = logging.getLogger("streamer.frontends.websocket")
 
@@ -214,8 +214,7 @@ class Session:
             return
         # References, not copies: items are never mutated once a turn is built, and
         # sharing them keeps a long session's memory linear in its length.
-        history = (*turn.items, *turn.response["output"])
-        self.rules.remember(turn.response["id"], lane, history)
+        self.rules.remember(turn.response["id"], lane, self.gateway.continuation(turn))
 
     # -- sending ------------------------------------------------------------------
 

@@ -35,7 +35,7 @@ from streamer.core.mcp_servers import refusal
 from streamer.core.output import OutputItemStreamer
 from streamer.core.response import new_id
 from streamer.mcp.client import McpClients, McpUnavailable
-from streamer.turn import Turn
+from streamer.turns.turn import Turn
 
 T = TypeVar("T")
 Wait = Callable[[Awaitable[T]], Awaitable[T]]

@@ -44,7 +44,7 @@ class IncompleteRecord(StoreUnavailable):
 class StoredResponse:
     """What a stored response keeps: the Response, its input as listed, and its owner.
 
-    `owner` is the identity of the client that created it (streamer/identity.py); "" (an
+    `owner` is the identity of the client that created it (streamer/core/identity.py); "" (an
     anonymous gateway) or None (a record older than owners) belongs to everyone.
     `affinity` is the replica-affinity key its turn was routed by (core/routing.py), so a
     continuation keeps to that replica on whichever instance it arrives at.
@@ -54,6 +54,10 @@ class StoredResponse:
     input_items: list[dict[str, Any]] = field(default_factory=list)
     owner: str | None = None
     affinity: str | None = None
+    # a hint: its first n input items are the record `id`'s, as stored (ids and all), so a
+    # store may share what it holds of them (the memory store does) instead of encoding
+    # them again; a store may ignore it
+    extends: tuple[str, int] | None = None
 
     @property
     def id(self) -> str:
@@ -142,7 +146,7 @@ class ResponseStore(Protocol):
     async def shared_secret(self, name: str, candidate: bytes) -> bytes:
         """The secret kept under `name`, or `candidate`, kept now if none was (set if
         absent): every instance on one shared store gets the same, and a durable store keeps
-        it across restarts. It never expires (the state key: streamer/sealing.py)."""
+        it across restarts. It never expires (the state key: streamer/core/sealing.py)."""
 
     async def check(self) -> list[str]:
         """What an operator should change in the store's own configuration (logged as
@@ -172,6 +176,11 @@ def record_item_ids(response: dict[str, Any], items: Sequence[dict[str, Any]]) -
     every = [*items, *(output if isinstance(output, list) else ())]
     ids = (item.get("id") for item in every if isinstance(item, dict))
     return list(dict.fromkeys(i for i in ids if isinstance(i, str) and i))
+
+
+def input_ids(items: Sequence[dict[str, Any]]) -> list[str]:
+    """The ids of input items stored with one (`with_item_ids`), those that are strings."""
+    return [i for i in (item.get("id") for item in items) if isinstance(i, str) and i]
 
 
 def find_item(record: StoredResponse, item_id: str) -> dict[str, Any] | None:

@@ -24,11 +24,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from streamer.core import routing
+from streamer.core.batch import UpstreamStream
 from streamer.core.errors import RequestError
-from streamer.models_config import ModelsConfig, ModelSpec
-from streamer.options import ModelOptions
-from streamer.turn import Turn
-from streamer.upstream.batch import UpstreamStream
+from streamer.core.models_config import ModelsConfig, ModelSpec
+from streamer.turns.options import ModelOptions
+from streamer.turns.turn import Turn
 
 log = logging.getLogger("streamer.routing")
 

@@ -3,7 +3,7 @@
 It turns a client's body into a prepared `Turn` (continuing a stored response when the
 body names `previous_response_id`), runs it into a transport's `Sink` (observed, stored
 at its end) and starts background turns. `run` is the one place a turn ends, however it
-ends; every turn it runs is in the one in-flight registry (`in_flight`, streamer/in_flight.py),
+ends; every turn it runs is in the one in-flight registry (`in_flight`, streamer/turns/in_flight.py),
 which the shutdown drains once. It knows no HTTP: the frontends (SSE, JSON, WebSocket,
 background) are transports over `run`, moving its events.
 """
@@ -12,10 +12,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from typing import Any, Protocol
 
-from streamer import conversations
 from streamer.config import Settings
 from streamer.core import item_references
 from streamer.core.errors import (
@@ -26,23 +25,34 @@ from streamer.core.errors import (
     store_unavailable,
 )
 from streamer.core.events import Event
-from streamer.identity import request_client
-from streamer.in_flight import InFlight, Stop
+from streamer.core.identity import request_client
+from streamer.core.replayed_json import ReplayedBodies
 from streamer.mcp.client import McpClients
 from streamer.metrics import Metrics
-from streamer.observe import Observation, open_recording
-from streamer.options import mcp_settings, turn_options
-from streamer.quiet_trim import QuietTrim, malloc_trim
-from streamer.recorder import TapDirectory
-from streamer.records import stored, unstored
 from streamer.store import ResponseStore, StoredResponse, StoreUnavailable
 from streamer.store.health import StoreHealth
-from streamer.turn import Turn, TurnOptions, prepare, warmup
-from streamer.turn_runner import BROKEN, Sink, TurnEvents
-from streamer.upstream.registry import UpstreamRegistry
+from streamer.turns import conversations
+from streamer.turns.in_flight import InFlight, Stop
+from streamer.turns.observe import Observation, open_recording
+from streamer.turns.options import mcp_settings, turn_options
+from streamer.turns.quiet_trim import QuietTrim, malloc_trim
+from streamer.turns.recorder import TapDirectory
+from streamer.turns.records import stored, unstored
+from streamer.turns.registry import UpstreamRegistry
+from streamer.turns.turn import Turn, TurnOptions, prepare, warmup
+from streamer.turns.turn_runner import BROKEN, Sink, TurnEvents
 
-if TYPE_CHECKING:
-    from streamer.frontends.background import Background
+
+class Background(Protocol):
+    """What the gateway needs of its background turns (frontends/background.py's
+    `Background`): start one, run by `run`; cancel one; close them all at shutdown."""
+
+    async def start(
+        self, turn: Turn, run: Callable[[Turn, Sink], Awaitable[None]], in_flight: InFlight
+    ) -> bytes: ...
+    async def cancel(self, response_id: str) -> dict[str, Any] | None: ...
+    async def close(self) -> None: ...
+
 
 log = logging.getLogger("streamer.gateway")
 
@@ -98,6 +108,10 @@ class Gateway:
         self.store = store
         self.background = background
         self.options = options or turn_options(settings)
+        # long request bodies, for the next one that replays one (core/replayed_json.py):
+        # a quarter of --history-cache-bytes
+        cache = settings.history_cache_bytes
+        self.bodies = ReplayedBodies(cache // 4) if cache > 0 else None
         self.in_flight = InFlight()
         # --readyz-cache-seconds: how often a store known to be down is asked again
         self.store_health = StoreHealth(store, settings.readyz_cache_seconds)
@@ -134,13 +148,13 @@ class Gateway:
         the WebSocket connection's id (its turns keep to one replica).
         """
         plan = self.upstreams.plan(body)  # the model named: 404 for one the config lacks
-        affinity = None
+        affinity = base = None
         if history is None:
             previous = body.get("previous_response_id") if isinstance(body, dict) else None
             # absent, or a type error that validation reports with its param
-            record = await self.continued(previous, client) if isinstance(previous, str) else None
-            history = _history_of(record)
-            affinity = record.affinity if record is not None else None
+            history = []
+            if isinstance(previous, str):
+                history, base, affinity = await self.continued_history(previous, client)
         conversation = None
         if isinstance(body, dict) and body.get("conversation") is not None:
             conversation, body, history = await self.conversation(body, history, client)
@@ -149,11 +163,44 @@ class Gateway:
         turn = prepare(body, plan.route.options.turn, history=history, client=client or "")
         await self.check_store(turn.request)  # valid: a store outage is no reason for a 400
         self.upstreams.bind(turn, plan, session, inherited=affinity)
-        turn.conversation, turn.new_from = conversation, len(history)
+        turn.conversation, turn.new_from, turn.stored_base = conversation, len(history), base
         turn.mcp_clients = self.mcp
         if authorization and self.settings.forward_authorization:
             turn.headers["Authorization"] = authorization
         return turn
+
+    async def continued_history(
+        self, previous: str, client: str | None
+    ) -> tuple[Sequence[dict[str, Any]], tuple[str, int] | None, str | None]:
+        """`history`, the record's base and its affinity key. For a response this process
+        stored with a kept turn, its input comes from there (`HistoryCache.stored_input`)
+        and the store is asked only for the response (is it still there, for this client;
+        its output); the base is `(previous, how many items are its input)`
+        (`Turn.stored_base`), else None."""
+        cache = self.options.history
+        kept = cache.stored_input(previous, client) if cache is not None else None
+        if cache is None or kept is None:
+            record = await self.continued(previous, client)
+            return _history_of(record), None, record.affinity if record is not None else None
+        stored, affinity = kept
+        try:
+            response = await self.store.get_response(previous, owner=client)
+        except StoreUnavailable as exc:
+            raise store_unavailable(exc) from None
+        if response is None:
+            raise previous_not_found(previous)
+        output = [*map(dict, response.get("output") or [])]
+        history = cache.continuation(previous, stored, output)
+        return history, (previous, len(stored)), affinity
+
+    def continuation(self, turn: Turn) -> tuple[dict[str, Any], ...]:
+        """`(*turn.items, *output)`: what a continuation of the turn starts from (a
+        WebSocket's remembered response), marked on the kept turn as made from it."""
+        output = turn.response.get("output") or []
+        cache = self.options.history
+        if cache is None:
+            return (*turn.items, *output)
+        return cache.continuation(turn.response["id"], turn.items, output)
 
     async def check_store(self, request: Mapping[str, Any]) -> None:
         """A `store: true` turn while the store is known to refuse writes: a 503 now,
@@ -357,8 +404,9 @@ class Gateway:
         the Response's own field), counted and logged."""
         if turn.request.get("store") is False:
             return True
+        record = stored(turn)
         try:
-            await self.store.put(stored(turn))
+            await self.store.put(record)
         except Exception as exc:
             self.store_health.wrote(False)
             self.metrics.not_stored.inc()
@@ -367,6 +415,10 @@ class Gateway:
                         turn.response["id"], exc)  # fmt: skip
             return False
         self.store_health.wrote(True)
+        if self.options.history is not None:  # its continuation need not read it back
+            self.options.history.recorded(
+                record.id, record.owner, record.input_items, record.affinity
+            )
         return True
 
     async def extend_conversation(self, turn: Turn) -> None:

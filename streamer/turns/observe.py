@@ -11,9 +11,9 @@ import time
 from streamer.core.errors import RequestError
 from streamer.core.events import Event
 from streamer.metrics import Metrics
-from streamer.quiet_trim import QuietTrim
-from streamer.recorder import ExchangeRecorder, TapDirectory
-from streamer.turn import Turn
+from streamer.turns.quiet_trim import QuietTrim
+from streamer.turns.recorder import ExchangeRecorder, TapDirectory
+from streamer.turns.turn import Turn
 
 
 class Observation:

@@ -1,7 +1,7 @@
 """Settings -> options, once: the gateway's turn options and each model's.
 
 A model is the single-backend flags (`--upstream`, `--upstream-api`, `--backend-profile`,
-`--model`: a config of one catch-all model, streamer/models_config.py `single`) or a
+`--model`: a config of one catch-all model, streamer/core/models_config.py `single`) or a
 `--config` entry; either way `model_options` gives its options from the same settings by
 the same steps: its kind (`api`), its backend profile (`profile`, else `--backend-profile`,
 with every profile setting's flag laid over it: `backend_profile`, the one place a profile
@@ -22,13 +22,14 @@ from typing import Any
 from streamer.config import PROFILE_SETTINGS, SETTINGS, Setting, Settings
 from streamer.core.mcp_loop import McpLimits
 from streamer.core.model_catalog import output_limits
+from streamer.core.model_metadata import load_model_catalog
+from streamer.core.models_config import TOOL_NAME_STYLES, ModelSpec
+from streamer.core.sealing import EPHEMERAL_KEY, Sealer, load_sealer
 from streamer.core.tools import NamingConfig
 from streamer.mcp.client import McpSettings
 from streamer.mcp.guard import HostRule
-from streamer.model_metadata import load_model_catalog
-from streamer.models_config import TOOL_NAME_STYLES, ModelSpec
-from streamer.sealing import EPHEMERAL_KEY, Sealer, load_sealer
-from streamer.turn import TurnOptions
+from streamer.turns.history_reuse import HistoryCache
+from streamer.turns.turn import TurnOptions
 from streamer.upstream.chat.profiles import PROFILES, BackendProfile, lowering_options, resolve
 from streamer.upstream.kind import BackendKind
 from streamer.upstream.kinds import kind_named
@@ -63,6 +64,8 @@ def turn_options(settings: Settings) -> TurnOptions:
     cannot work."""
     if settings.tool_name_style not in TOOL_NAME_STYLES:
         raise ValueError(f"unknown tool name style {settings.tool_name_style!r}")
+    if settings.history_cache_bytes < 0:
+        raise ValueError("--history-cache-bytes must be 0 (none) or more")
     for flag, value in (
         ("--max-output-bytes", settings.max_output_bytes),
         ("--max-output-items", settings.max_output_items),
@@ -85,6 +88,9 @@ def turn_options(settings: Settings) -> TurnOptions:
         sealer=state_sealer(settings.state_key_file, settings.shared_state_key),
         mcp=mcp_limits(settings),
         optional_hosted=frozenset(settings.optional_hosted_tool),
+        history=HistoryCache(settings.history_cache_bytes)
+        if settings.history_cache_bytes
+        else None,
     )
     flags = ModelSpec(None, (), api=settings.upstream_api, backend_model=settings.model)
     return model_options(settings, flags, base).turn
