@@ -27,6 +27,7 @@ from typing import Any
 
 import orjson
 
+from streamer.core import speed
 from streamer.core.call_kinds import ARGUMENTS_DELTA, BY_CALL_TYPE, new_call_item
 from streamer.core.deltas import (
     CURRENT,
@@ -95,8 +96,6 @@ _PART_DONE = {False: "response.content_part.done", True: "response.reasoning_sum
 class OutputItemStreamer:
     """Turns one backend turn's deltas into the Responses event stream."""
 
-    per_token_paths = True  # False: every delta through its handler (the reference path)
-
     def __init__(
         self,
         names: ResponsesToolNames,
@@ -108,6 +107,8 @@ class OutputItemStreamer:
         seal_reasoning: Callable[[str, str | None], str] | None = None,
         reasoning_summary: int | None = None,
     ) -> None:
+        # the `output` speed switch (core/speed.py); False: every delta through its handler
+        self.per_token_paths = speed.fast("output")
         limits = limits or OutputLimits()
         # the client asked for `reasoning.encrypted_content`: each reasoning item carries
         # its text sealed (streamer/core/sealing.py), for clients that keep only that
