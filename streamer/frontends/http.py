@@ -75,7 +75,7 @@ async def read_json(request: web.Request) -> Any:
     except web.RequestPayloadError:  # broken chunked framing: the rest cannot be trusted
         _abandon(request)
         raise unreadable("its chunked framing is broken") from None
-    return endpoint.parse(reader.finish())
+    return endpoint.parse(reader.finish(), headers.get("Authorization"))
 
 
 class _Reply:
