@@ -212,6 +212,12 @@ class Settings:
         "Serve plain POST /v1/responses requests on the raw connection, without aiohttp's "
         "request machinery (same answers, less CPU per request); false: aiohttp serves all.",
     )
+    reference: str = setting(
+        "",
+        "Hot-path stages run on their plain equivalent instead of their speed trick: "
+        "chunked, sse, shapes, runs, output, encode (comma-separated) or all; the same "
+        "answers, more CPU (streamer/core/speed.py).",
+    )
     profile_probe: bool = setting(
         True,
         "At startup, read the backend's GET /models (in the background, bounded by the "
