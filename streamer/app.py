@@ -11,12 +11,12 @@ import resource
 import signal
 import time
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import orjson
 from aiohttp import web
 
-from streamer import fd_budget, logs
+from streamer import fd_budget, logs, tracing
 from streamer.config import Settings
 from streamer.core.errors import RequestError, store_unavailable
 from streamer.core.response import new_id
@@ -76,6 +76,8 @@ async def observe_middleware(request: web.Request, handler: Handler) -> web.Stre
     rid = choose_request_id(request.headers.get("X-Request-Id"), new_id("req"))
     request[REQUEST_ID] = rid  # `_add_request_id` puts it on the answer, streamed or not
     token = logs.request_id.set(rid)
+    fields = logs.request_fields.set({})  # its turn's part of the access line
+    trace = tracing.continue_trace(request.headers)  # a client's traceparent: its trace
     metrics = request.app[GATEWAY].metrics
     # a WebSocket's handler lasts as long as its socket
     socket = request.headers.get("Upgrade", "").lower() == "websocket"
@@ -95,7 +97,9 @@ async def observe_middleware(request: web.Request, handler: Handler) -> web.Stre
         route = request.match_info.route.resource
         name = route.canonical if route is not None else "unmatched"
         metrics.child(metrics.requests, request.method, name, str(status)).inc()
-        logs.access(request.method, request.path, status, started)
+        logs.access(request.method, request.path, status, started, logs.request_fields.get())
+        tracing.restore(trace)
+        logs.request_fields.reset(fields)
         logs.request_id.reset(token)
 
 
@@ -214,7 +218,9 @@ async def _start(app: web.Application) -> None:
     gateway = Gateway(settings, upstreams, store, background, options=options)
     if not answered:
         gateway.store_health.wrote(False)
-    app[MODEL_CATALOG] = load_model_catalog(settings.model_metadata)
+    catalog = app[MODEL_CATALOG] = load_model_catalog(settings.model_metadata)
+    gateway.metrics.know_models(_model_labels(config, catalog))
+    router.metrics = gateway.metrics
     observe_store(store, gateway.metrics.store_operations, gateway.metrics.store_incomplete)
     app[GATEWAY] = gateway
     router.start()
@@ -226,6 +232,11 @@ async def _start(app: web.Application) -> None:
         app[PROFILE_PROBE] = ProfileProbe(upstreams.chat(), settings.backend_profile)
     if settings.fast_http:
         app[FAST_ROUTE] = _fast_route(app, gateway)
+
+
+def _model_labels(config: Any, catalog: Any) -> list[str]:
+    """The models metrics name (any other is `other`): the config's and the catalog's."""
+    return [*(spec.label for spec in config.models), *catalog.models]
 
 
 def _fast_route(app: web.Application, gateway: Gateway) -> FastRoute:
@@ -253,6 +264,8 @@ def _on_sighup(app: web.Application, router: Router) -> None:
     def reload() -> None:
         config = reread(settings)
         if config is not None:
+            gateway = app[GATEWAY]
+            gateway.metrics.know_models(_model_labels(config, app[MODEL_CATALOG]))
             task = asyncio.ensure_future(router.reload(config))
             reloads.tasks.add(task)
             task.add_done_callback(reloads.tasks.discard)
@@ -296,6 +309,8 @@ async def _stop(app: web.Application) -> None:
     gateway = app.get(GATEWAY)
     if gateway is not None:
         await gateway.close()
+    if tracing.enabled():  # what the exporter holds still goes out (off the loop)
+        await asyncio.get_running_loop().run_in_executor(None, tracing.shutdown)
     runner = app.get(SCRIPTED_RUNNER)
     if runner is not None:
         await runner.cleanup()
@@ -308,6 +323,7 @@ def check_settings(settings: Settings) -> None:
     if settings.metrics_auth and not settings.client_keys():
         raise ValueError("--metrics-auth needs client keys (--api-key or --api-key-file)")
     load_model_catalog(settings.model_metadata)  # a wrong file stops the gateway here
+    tracing.check()  # OTEL_* asking for traces this gateway cannot send
     from streamer.model_routes import check_config
 
     check_config(settings)  # --config: the file, its line and what is wrong
@@ -424,7 +440,8 @@ def serve(settings: Settings, worker: Seat | None = None) -> None:
         pass
     from streamer.model_routes import serving_target
 
-    logs.configure(settings.log_level)
+    logs.configure(settings.log_level, settings.access_log)
+    tracing.configure()  # off unless OTEL_* asks (each worker its own exporter)
     print(
         f"streamer: serving http://{settings.host}:{settings.port}/v1 "
         f"-> {serving_target(settings)} (pid {os.getpid()})",

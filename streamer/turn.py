@@ -77,6 +77,7 @@ class Turn:
     new_from: int = 0  # where the request's own items start in `items` (after any history)
     route: object | None = None  # the model and affinity it is routed by (upstream/registry.py)
     kind: BackendKind = CHAT  # the backend's kind: how a truncated retry is lowered again
+    replica: str = ""  # the replica that answered (genai_spans.replica_name), for logs and metrics
 
     @property
     def response(self) -> dict[str, Any]:

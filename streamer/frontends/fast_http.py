@@ -26,7 +26,7 @@ import orjson
 from aiohttp import web
 from aiohttp.http import SERVER_SOFTWARE
 
-from streamer import logs
+from streamer import logs, tracing
 from streamer.config import Settings
 from streamer.core import json_bounds, sse
 from streamer.core.errors import RequestError, invalid, shutting_down, store_unavailable
@@ -163,6 +163,8 @@ class FastRoute:
         self.served += 1
         rid = choose_request_id(head.headers.get("x-request-id"), new_id("req"))
         logs.request_id.set(rid)  # this task's own context
+        logs.request_fields.set({})
+        tracing.continue_trace(head.headers)  # this task's own context: not undone
         status = 500
         try:
             status = await self._answer(conn, head, body, rid)
@@ -174,7 +176,7 @@ class FastRoute:
         finally:
             metrics = self.gateway.metrics
             metrics.child(metrics.requests, "POST", PATH, str(status)).inc()
-            logs.access("POST", PATH, status, started)
+            logs.access("POST", PATH, status, started, logs.request_fields.get())
             conn.done()
 
     async def _answer(self, conn: FastProtocol, head: Head, body: Any, rid: str) -> int:

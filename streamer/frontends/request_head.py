@@ -24,7 +24,7 @@ _LINES = re.compile(rb"(?:[!#$%&'*+.^_`|~0-9A-Za-z-]+:[\t\x20-\x7e]*\r\n)*")
 # the fields the fast path reads (each at most once), and those it leaves to aiohttp
 WANTED = frozenset(
     {"content-length", "content-type", "content-encoding", "connection", "authorization"}
-    | {"x-request-id"}
+    | {"x-request-id", "traceparent", "tracestate"}  # a client's trace (streamer/tracing.py)
 )
 REFUSED = frozenset({"transfer-encoding", "expect", "upgrade", "te", "trailer"})
 # any of them at the start of a line of the lowercased head

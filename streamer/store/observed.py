@@ -1,4 +1,5 @@
-"""Store operations as operators see them: one count per operation and outcome.
+"""Store operations as operators see them: one count per operation and outcome, and a
+span each inside a trace (streamer/tracing.py; none when tracing is off).
 
 `observe_store` instruments a store in place (its public coroutines are replaced on the
 instance), so the object keeps its class: code and tests that ask `isinstance(store,
@@ -13,6 +14,8 @@ import contextlib
 import functools
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
 from typing import Any, Protocol, TypeVar
+
+from streamer import tracing
 
 S = TypeVar("S")
 
@@ -41,10 +44,11 @@ def observe_store(store: S, counter: _Labelled, incomplete: _Labelled | None = N
     and what it finds incomplete in `incomplete` (label: what, `record` or `events`)."""
     if incomplete is not None and hasattr(store, "on_incomplete"):
         store.on_incomplete = lambda what: incomplete.labels(what).inc()
+    system = type(store).__name__.removesuffix("Store").lower()  # memory, redis, sqlite
     for name in _COUNTED:
         method = getattr(store, name, None)
         if method is not None:
-            setattr(store, name, _counted(name, method, counter))
+            setattr(store, name, _counted(name, method, counter, system))
     events = getattr(store, "events", None)
     if events is not None:
         setattr(store, "events", _counted_events(events, counter))  # noqa: B010
@@ -52,12 +56,16 @@ def observe_store(store: S, counter: _Labelled, incomplete: _Labelled | None = N
 
 
 def _counted(
-    name: str, method: Callable[..., Awaitable[Any]], counter: _Labelled
+    name: str, method: Callable[..., Awaitable[Any]], counter: _Labelled, system: str = ""
 ) -> Callable[..., Awaitable[Any]]:
+    span_name = f"store {name}"
+    attributes = {"db.operation.name": name, "db.system.name": system or "store"}
+
     @functools.wraps(method)
     async def call(*args: Any, **kwargs: Any) -> Any:
         try:
-            result = await method(*args, **kwargs)
+            with tracing.span(span_name, attributes, "client", nested=True):
+                result = await method(*args, **kwargs)
         except Exception:
             counter.labels(name, "error").inc()
             raise
