@@ -118,14 +118,15 @@ class Observation:
         if not isinstance(usage, dict):
             return
         client = turn.client[:12] if turn.client and metrics.per_client else None
-        for direction in ("input", "output"):
-            count = usage.get(f"{direction}_tokens")
+        for direction, key in _DIRECTIONS:
+            count = usage.get(key)
             if isinstance(count, int) and count > 0:
                 metrics.child(metrics.tokens, model, direction).inc(count)
                 if client is not None:
                     metrics.child(metrics.client_tokens, client, direction).inc(count)
 
 
+_DIRECTIONS = (("input", "input_tokens"), ("output", "output_tokens"))
 # the events of a turn before the backend's first output
 _BEFORE_OUTPUT = frozenset({"response.created", "response.in_progress", "response.queued"})
 

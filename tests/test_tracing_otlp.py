@@ -7,6 +7,9 @@ backend span."""
 
 from __future__ import annotations
 
+import asyncio
+import os
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -121,3 +124,16 @@ async def test_spans_reach_a_real_otlp_http_receiver_from_a_gateway_set_up_by_ot
     assert attrs["gen_ai.response.id"] == response["id"]
     assert (attrs["gen_ai.usage.input_tokens"], attrs["gen_ai.usage.output_tokens"]) == (11, 3)
     assert attrs["gen_ai.response.finish_reasons"] == ["stop"]
+
+
+async def test_an_otel_environment_the_gateway_cannot_serve_stops_it_with_a_message() -> None:
+    env = {**os.environ, "OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:4317"}
+    env["OTEL_EXPORTER_OTLP_PROTOCOL"] = "grpc"
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "streamer", "serve", "--port", "0",
+        env=env, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+    )  # fmt: skip
+    _, err = await asyncio.wait_for(proc.communicate(), 60)
+    assert proc.returncode == 2
+    assert "this gateway sends OTLP over HTTP (http/protobuf)" in err.decode()
+    assert "Traceback" not in err.decode()
