@@ -277,7 +277,8 @@ class RoutedStream:
         try:
             await self.inner.aclose()
         finally:
-            tracing.end(span)
+            if span is not None:  # tracing on
+                tracing.end(span)
             if release is not None:
                 await release()
 
