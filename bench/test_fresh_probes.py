@@ -50,6 +50,11 @@ def test_each_probe_measures_a_new_gateway_process(setup: fresh_probes.Setup) ->
     assert [c["n"] for c in tree["cpu_event"]] == [fresh_probes.EVENT_N] * 2
     assert set(tree["verdicts"]) == set(fresh_probes.TARGETS)
     assert list(setup.logs.glob("fresh-streamer.log"))  # the gateways' log is kept
+    ab = tree["fast_http"]  # --fast-http true and false, alternated, a process each
+    assert ab["rounds"] == 2 and len(ab["on"]) == len(ab["off"]) == len(ab["saved"]) == 2
+    assert min(ab["on"] + ab["off"]) > 0 and "errors" not in ab
+    assert [a - b for a, b in zip(ab["off"], ab["on"], strict=True)] == ab["saved"]
+    assert list(setup.logs.glob("fresh-streamer-fast-http-false.log"))
 
 
 def test_the_summary_shows_every_probe_with_its_target() -> None:
@@ -77,6 +82,13 @@ def test_the_summary_shows_every_probe_with_its_target() -> None:
     assert "| CPU µs per request, N=1, M=1, c=16 | 250 | - | ≤ 200 | missed |" in text
     assert "| CPU µs per event, N=2000, M=50, c=16 | 1.50 | - | ≤ 2 | ok |" in text
     assert "- streamer ws N=200: gateway did not start" in text
+    assert "| gateway | rounds | on | off | saved | verdict |" not in text  # it did not run
+    tree["fast_http"] = {
+        "on": [250.0, 260.0, 255.0], "off": [300.0, 330.0, 290.0], "saved": [50.0, 70.0, 35.0],
+        "median_on": 255.0, "median_off": 300.0, "median_saved": 50.0, "pays": True,
+    }  # fmt: skip
+    text = "\n".join(fresh_probes.markdown({"trees": [tree]}))
+    assert "| streamer | 3 | 255 (250-260) | 300 (290-330) | 50 (35 to 70) | ≥ 40: pays |" in text
     assert fresh_probes.markdown({}) == fresh_probes.markdown(None) == []
     result = {
         "meta": {"started": "now", "command": "x", "machine": "m", "pinning": "p",

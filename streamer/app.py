@@ -9,24 +9,26 @@ import logging
 import os
 import resource
 import signal
-import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-import orjson
 from aiohttp import web
 
 from streamer import fd_budget, logs, tracing
 from streamer.config import Settings
-from streamer.core.errors import RequestError, store_unavailable
-from streamer.core.response import new_id
 from streamer.frontends.api_keys import ApiKeys
-from streamer.frontends.fast_http import FAST_ROUTE, FastRoute
+from streamer.frontends.endpoint import Decorations, Endpoint
+from streamer.frontends.fast_http import FAST_ROUTE, FastRoute, same_parser
 from streamer.frontends.frontdoor import FRONT_DOOR, FrontDoor, GuardedSite, door_middleware
-from streamer.frontends.http import GATEWAY, MODEL_CATALOG
+from streamer.frontends.http import DECORATIONS, ENDPOINT, GATEWAY, MODEL_CATALOG
+from streamer.frontends.middlewares import (
+    auth_middleware,
+    decorate,
+    errors_middleware,
+    expect_rules,
+    observe_middleware,
+)
 from streamer.gateway import Gateway
-from streamer.identity import CLIENT
-from streamer.logs import choose_request_id
 from streamer.model_metadata import load_model_catalog
 
 if TYPE_CHECKING:
@@ -41,7 +43,6 @@ FD_BUDGET = web.AppKey("fd_budget", fd_budget.FdBudget)
 
 SCRIPTED_RUNNER = web.AppKey("scripted_runner", web.AppRunner)
 PROFILE_PROBE: web.AppKey[ProfileProbe] = web.AppKey("profile_probe")
-REQUEST_ID = web.RequestKey("request_id", str)
 SIGHUP = web.AppKey("sighup", bool)  # the SIGHUP handler is installed (removed at cleanup)
 
 
@@ -56,132 +57,6 @@ class Reloads:
 
 
 RELOADS = web.AppKey("reloads", Reloads)
-
-Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
-
-
-def _error(exc: RequestError) -> web.Response:
-    return web.Response(
-        body=orjson.dumps(exc.body()),
-        status=exc.status,
-        content_type="application/json",
-        headers=exc.headers,
-    )
-
-
-@web.middleware
-async def observe_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
-    """Request id (echoed as `X-Request-Id`), request metrics and an access log line."""
-    started = time.monotonic()
-    rid = choose_request_id(request.headers.get("X-Request-Id"), new_id("req"))
-    request[REQUEST_ID] = rid  # `_add_request_id` puts it on the answer, streamed or not
-    token = logs.request_id.set(rid)
-    fields = logs.request_fields.set({})  # its turn's part of the access line
-    trace = tracing.continue_trace(request.headers)  # a client's traceparent: its trace
-    metrics = request.app[GATEWAY].metrics
-    # a WebSocket's handler lasts as long as its socket
-    socket = request.headers.get("Upgrade", "").lower() == "websocket"
-    if socket:
-        metrics.active_sockets.inc()
-    status = 500
-    try:
-        response = await handler(request)
-        status = response.status
-        return response
-    except asyncio.CancelledError:
-        status = 499  # the client went away first
-        raise
-    finally:
-        if socket:
-            metrics.active_sockets.dec()
-        route = request.match_info.route.resource
-        name = route.canonical if route is not None else "unmatched"
-        metrics.child(metrics.requests, request.method, name, str(status)).inc()
-        logs.access(request.method, request.path, status, started, logs.request_fields.get())
-        tracing.restore(trace)
-        logs.request_fields.reset(fields)
-        logs.request_id.reset(token)
-
-
-def _http_error(request: web.Request, exc: web.HTTPException) -> RequestError:
-    """aiohttp's routing errors (404, 405, …) in OpenAI's words."""
-    where = f"{request.method} {request.path}"
-    if exc.status == 404:
-        return RequestError(f"Invalid URL ({where}).", status=404, code="not_found")
-    if exc.status == 405:
-        allow = exc.headers.get("Allow", "")
-        return RequestError(
-            f"Method not allowed ({where}); this path accepts {allow or 'other methods'}.",
-            status=405,
-            code="method_not_allowed",
-            headers={"Allow": allow} if allow else None,
-        )
-    return RequestError(exc.reason, status=exc.status)
-
-
-async def _add_request_id(request: web.Request, response: web.StreamResponse) -> None:
-    """`on_response_prepare`: every answer (SSE, background streams, upgrades) names its id."""
-    rid = request.get(REQUEST_ID)
-    if rid is not None:
-        response.headers["X-Request-Id"] = rid
-
-
-@web.middleware
-async def errors_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
-    """Every failure leaves as OpenAI's error shape; never a traceback."""
-    from streamer.store import StoreUnavailable
-
-    try:
-        return await handler(request)
-    except RequestError as exc:
-        return _error(exc)
-    except StoreUnavailable as exc:  # any route that reads the store
-        return _error(store_unavailable(exc))
-    except web.HTTPRequestEntityTooLarge:
-        limit = request.app[SETTINGS].max_body_bytes
-        return _error(
-            RequestError(
-                f"The request body is too large: the limit is {limit} bytes.",
-                status=413,
-                code="request_too_large",
-            )
-        )
-    except web.HTTPException as exc:
-        if exc.status < 400:
-            raise
-        return _error(_http_error(request, exc))
-    except ConnectionResetError:
-        raise
-    except Exception:
-        log.exception("unhandled error on %s %s", request.method, request.path)
-        return _error(
-            RequestError(
-                "The gateway had an internal error.",
-                status=500,
-                type="server_error",
-                code="server_error",
-            )
-        )
-
-
-def auth_middleware(
-    keys: frozenset[str], *, metrics: bool = False
-) -> Callable[..., Awaitable[web.StreamResponse]]:
-    """Require `Authorization: Bearer <key>` on /v1 routes (and /metrics if `metrics`),
-    compared in constant time."""
-    checker = ApiKeys(keys)
-
-    def guarded(path: str) -> bool:
-        return path.startswith("/v1/") or (metrics and path == "/metrics")
-
-    @web.middleware
-    async def middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
-        if guarded(request.path):
-            request[CLIENT] = ""
-            request[CLIENT] = checker.check(request.headers.get("Authorization"))
-        return await handler(request)
-
-    return middleware
 
 
 async def _start(app: web.Application) -> None:
@@ -230,8 +105,7 @@ async def _start(app: web.Application) -> None:
         from streamer.upstream.chat.profile_probe import ProfileProbe
 
         app[PROFILE_PROBE] = ProfileProbe(upstreams.chat(), settings.backend_profile)
-    if settings.fast_http:
-        app[FAST_ROUTE] = _fast_route(app, gateway)
+    _open_endpoint(app, gateway)
 
 
 def _model_labels(config: Any, catalog: Any) -> list[str]:
@@ -239,17 +113,18 @@ def _model_labels(config: Any, catalog: Any) -> list[str]:
     return [*(spec.label for spec in config.models), *catalog.models]
 
 
-def _fast_route(app: web.Application, gateway: Gateway) -> FastRoute:
-    """The fast path's view of the app: the keys, and the headers its hooks would add."""
-    from streamer.worker import WORKER_HEADER, WORKER_INFO
-
+def _open_endpoint(app: web.Application, gateway: Gateway) -> None:
+    """The endpoint both servers use, and (`--fast-http`) the fast path over it."""
     settings = app[SETTINGS]
     keys = settings.client_keys()
-    extra = []
-    worker = app.get(WORKER_INFO)
-    if worker is not None:  # `_name_worker`, the one on_response_prepare hook besides ours
-        extra.append((WORKER_HEADER, str(worker["index"])))
-    return FastRoute(gateway, settings, ApiKeys(keys) if keys else None, extra)
+    endpoint = Endpoint(gateway, ApiKeys(keys) if keys else None, app[DECORATIONS])
+    app[ENDPOINT] = endpoint
+    if not settings.fast_http:
+        return
+    if not same_parser():
+        log.warning("--fast-http is off: aiohttp runs without its C parser (llhttp)")
+        return
+    app[FAST_ROUTE] = FastRoute(endpoint, settings)
 
 
 def _on_sighup(app: web.Application, router: Router) -> None:
@@ -357,19 +232,26 @@ def create_app(settings: Settings) -> web.Application:
     log.info("fd budget: %s", budget.describe())
     front = FrontDoor(budget.clients, settings.client_header_timeout)
     middlewares: list = [door_middleware(front), observe_middleware, errors_middleware]
-    keys = settings.client_keys()
-    if keys:
-        middlewares.append(auth_middleware(keys, metrics=settings.metrics_auth))
+    if settings.client_keys() or settings.forward_authorization:
+        middlewares.append(auth_middleware(metrics=settings.metrics_auth))
     limit = settings.max_header_bytes  # beyond it aiohttp answers 400 before any routing
     app = web.Application(
         middlewares=middlewares,
         client_max_size=settings.max_body_bytes,
-        handler_args={"max_line_size": limit, "max_field_size": limit},
+        handler_args={
+            "max_line_size": limit,
+            "max_field_size": limit,
+            # bodies are decoded by the endpoint, which counts their decoded size as it goes
+            "auto_decompress": False,
+            # the rest of a body refused before it was read: dropped as it comes, so long
+            "lingering_time": settings.client_body_timeout,
+        },
     )
     app[SETTINGS] = settings
     app[FD_BUDGET] = budget
     app[FRONT_DOOR] = front
-    app.on_response_prepare.append(_add_request_id)
+    app[DECORATIONS] = Decorations()
+    app.on_response_prepare.append(decorate)
     app.on_startup.append(_start)
     app.on_shutdown.append(_shutdown)  # first: the drain, before the sockets close
     app.on_cleanup.append(_stop)
@@ -379,6 +261,7 @@ def create_app(settings: Settings) -> web.Application:
     retrieval.add_routes(app)
     conversations.add_routes(app)
     input_tokens.add_routes(app)  # POST /v1/responses/input_tokens
+    expect_rules(app.router, metrics=settings.metrics_auth)  # every route's, once all are in
     return app
 
 
@@ -450,7 +333,7 @@ def serve(settings: Settings, worker: Seat | None = None) -> None:
     open_file_limit(raise_soft=True)  # before create_app shares it out
     app = create_app(settings)
     if worker is not None:
-        worker.attach(app)
+        worker.attach(app, app[DECORATIONS])
     app.on_startup.append(_freeze_startup_objects)
     loop = new_loop()
     asyncio.set_event_loop(loop)

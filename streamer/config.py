@@ -142,7 +142,16 @@ class Settings:
         2 * 1024 * 1024, "Largest total size of the tool definitions in one request."
     )
     max_input_items: int = setting(10_000, "Most input items in one request.")
-    max_body_bytes: int = setting(32 * 1024 * 1024, "Largest request body (413 beyond).")
+    max_body_bytes: int = setting(
+        32 * 1024 * 1024,
+        "Largest request body on the wire, compressed or not (413 beyond; a larger "
+        "Content-Length is refused from the head).",
+    )
+    max_decoded_body_bytes: int = setting(
+        32 * 1024 * 1024,
+        "Largest request body once its Content-Encoding is decoded, counted while it is "
+        "decoded (413 beyond): a small compressed body cannot become a large one.",
+    )
     max_json_values: int = setting(
         1_000_000,
         "Most JSON values (arrays, objects, scalars; an empty array or object counts two) in "

@@ -42,6 +42,10 @@ _LATENCY_BUCKETS = (
     300,
 )
 
+# The request methods a label may name; any other is "other". A parser that takes any
+# token as a method (aiohttp's pure-Python one does) must not grow /metrics per request.
+METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"})
+
 CONTENT_TYPE = CONTENT_TYPE_LATEST
 MULTIPROC_DIR = "PROMETHEUS_MULTIPROC_DIR"  # read by prometheus_client when imported
 OTHER = "other"  # the model label of a model neither the config nor the catalog names
@@ -202,6 +206,12 @@ class Metrics:
         if found is None:
             found = self._children[key] = metric.labels(*values)
         return found
+
+    def request(self, method: str, route: str, status: int) -> None:
+        """One answered request. `route` is a route's canonical name (or "unmatched"),
+        never the path a client sent; `method` is one of METHODS or "other"."""
+        label = method if method in METHODS else "other"
+        self.child(self.requests, label, route, str(status)).inc()
 
     def render(self) -> bytes:
         shared = os.environ.get(MULTIPROC_DIR)

@@ -23,6 +23,7 @@ from aiohttp import web
 
 from streamer import logs
 from streamer.config import Settings
+from streamer.frontends.endpoint import Decorations
 
 WORKER_HEADER = "X-Streamer-Worker"
 WORKER_INFO = web.AppKey("worker_info", dict)
@@ -74,18 +75,15 @@ class Seat:
             return GuardedSite(runner, s.host, s.port, reuse_port=True)
         return GuardedSite(runner, s.host, s.port, sock=socket.socket(fileno=self.fd))
 
-    def attach(self, app: web.Application) -> None:
-        """Name the worker in `/healthz`, the `X-Streamer-Worker` header and every log line;
-        drain when the supervisor goes away."""
+    def attach(self, app: web.Application, decorations: Decorations) -> None:
+        """Name the worker in `/healthz`, the `X-Streamer-Worker` header of every answer
+        (one of the endpoint's `decorations`) and every log line; drain when the
+        supervisor goes away."""
         app[WORKER_INFO] = {"index": self.index, "workers": self.workers, "pid": os.getpid()}
         logs.worker = self.index
-        app.on_response_prepare.append(_name_worker)
+        decorations.add(WORKER_HEADER, str(self.index))
         app.on_startup.append(_watch_supervisor)
         app.on_shutdown.insert(0, _stop_watching)
-
-
-async def _name_worker(request: web.Request, response: web.StreamResponse) -> None:
-    response.headers[WORKER_HEADER] = str(request.app[WORKER_INFO]["index"])
 
 
 async def _watch_supervisor(app: web.Application) -> None:

@@ -23,7 +23,7 @@ from harness import GatewayHarness
 from openai import AsyncOpenAI
 
 from streamer.core.errors import RequestError
-from streamer.frontends import background, fast_http, http, retrieval, websocket
+from streamer.frontends import background, endpoint, http, retrieval, websocket
 
 
 @pytest.fixture
@@ -70,13 +70,12 @@ def _conformance(
 ) -> Iterator[Collector]:
     collector = Collector()
     if request.node.get_closest_marker("emits_invalid") is None:
-        _record_sends(monkeypatch, http._SSESink, collector)
-        _record_sends(monkeypatch, fast_http._SSESink, collector)  # --fast-http (the default)
+        _record_sends(monkeypatch, endpoint.SSESink, collector)  # both servers' streams
         _record_sends(monkeypatch, websocket.Session, collector)
         _record_sends(monkeypatch, background._LogSink, collector)
         for module in (http, retrieval):
             _record_returns(monkeypatch, module, "json_response", "json", collector)
-        _record_returns(monkeypatch, fast_http, "json_body", "json", collector)
+        _record_returns(monkeypatch, endpoint, "json_body", "json", collector)
         _record_returns(monkeypatch, background, "error_event", "event", collector)
         _record_returns(monkeypatch, RequestError, "body", "http_error", collector)
         _record_returns(monkeypatch, RequestError, "ws_event", "ws_error", collector)

@@ -22,6 +22,7 @@ pytestmark = pytest.mark.asyncio(loop_scope="module")
 
 LIMITS: dict[str, Any] = {
     "max_body_bytes": 64 * 1024,
+    "max_decoded_body_bytes": 96 * 1024,
     "ws_max_message_bytes": 32 * 1024,
     "max_tools": 8,
     "max_tool_bytes": 4096,
@@ -111,11 +112,15 @@ async def test_gzip_body_counts_decoded_size_and_bad_gzip_is_400(
     small = gzip.compress(padded(1000))
     status, body, _ = await post(http, gw, small, headers=headers)
     assert status == 200, body[:300]
-    bomb = gzip.compress(padded(LIMITS["max_body_bytes"] * 8))  # tiny on the wire
+    decoded = LIMITS["max_decoded_body_bytes"]
+    status, body, _ = await post(http, gw, gzip.compress(padded(decoded)), headers=headers)
+    assert status == 200, body[:300]  # more than --max-body-bytes once decoded: its own limit
+    bomb = gzip.compress(padded(decoded + 1))  # tiny on the wire
     assert len(bomb) < LIMITS["max_body_bytes"]
     status, body, _ = await post(http, gw, bomb, headers=headers)
     assert status == 413
-    openai_error(body, code="request_too_large")
+    error = openai_error(body, code="request_too_large")
+    assert "once decoded" in error["message"] and str(decoded) in error["message"]
     status, body, _ = await post(http, gw, b"not gzip at all", headers=headers)
     assert status == 400
     openai_error(body, code="invalid_body")

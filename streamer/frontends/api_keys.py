@@ -1,4 +1,10 @@
-"""`--api-key`: which client key a request's Authorization header carries (constant time)."""
+"""Who a request's Authorization header says it is: `--api-key` keys compared in constant
+time, and the rule for a header that cannot be a credential at all.
+
+Both are decided from the head alone, before any byte of the body is read, and a refusal
+closes the connection (`Connection: close`): nothing is buffered or parsed for a client
+that has not shown a key.
+"""
 
 from __future__ import annotations
 
@@ -8,10 +14,26 @@ from collections.abc import Iterable
 from streamer.core.errors import RequestError
 from streamer.identity import client_identity
 
+CLOSE = {"Connection": "close"}
+
+
+def refused(message: str) -> RequestError:
+    """The 401 of a request without a usable key; the connection closes after it."""
+    return RequestError(message, status=401, code="invalid_api_key", headers=dict(CLOSE))
+
+
+def credential(header: str | None) -> str | None:
+    """`header` when it can be a credential (printable ASCII, as every key is), else the
+    401: bytes that are not UTF-8 arrive as lone surrogates (the servers decode header
+    bytes with `surrogateescape`), and neither a key check nor a forwarded header can use
+    them."""
+    if header is None or (header.isascii() and header.isprintable()):
+        return header
+    raise refused("Incorrect API key provided: the Authorization header is not ASCII text.")
+
 
 class ApiKeys:
-    """The client keys; `check` is the one rule both servers (aiohttp's and the fast
-    path) apply."""
+    """The client keys; `check` is the one rule both servers apply."""
 
     __slots__ = ("_encoded",)
 
@@ -20,7 +42,7 @@ class ApiKeys:
 
     def check(self, header: str | None) -> str:
         """The identity of the key in `header` (`Bearer <key>`), or the 401."""
-        header = header or ""
+        header = credential(header) or ""
         token = header[7:].strip().encode() if header[:7].lower() == "bearer " else b""
         ok, who = False, ""
         # compare_digest takes as long whatever the bytes, and no key ends the loop
@@ -30,9 +52,7 @@ class ApiKeys:
             ok |= match
             who = identity if match else who
         if not ok or not token:
-            raise RequestError(
-                "Incorrect API key provided." if token else "You didn't provide an API key.",
-                status=401,
-                code="invalid_api_key",
+            raise refused(
+                "Incorrect API key provided." if token else "You didn't provide an API key."
             )
         return who

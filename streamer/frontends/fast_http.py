@@ -1,56 +1,48 @@
 """`POST /v1/responses` served on the raw transport, without aiohttp's request machinery.
 
 The hot route's fixed cost was mostly the server's: aiohttp's request and response
-objects, three middlewares, the body reader and the response's prepare/write/write_eof.
-Here one task per request does what they did, once: the request id, the client key,
-the door's busy marks and body timeout, the shutdown 503, the
-request metrics and access log line, OpenAI's error shape, then `Gateway.prepare` and
-`Gateway.run` as the aiohttp route calls them, the SSE answer written to the transport
-(the head with the first batch, one chunk per batch, the last chunk with the last batch).
+objects, three middlewares, the body reader, the response's prepare/write/write_eof. Here a
+connection starts on the fast path (`FastProtocol`, the front door's first protocol);
+`fast_connection.py` says which requests it serves (a plain POST /v1/responses, whole,
+nothing after it) and when aiohttp's protocol takes the connection over, for good, read by
+read. A request served here meets the endpoint's rules (`endpoint.py`) as aiohttp's handler
+does: the key and the rest of the head before any byte of the body, the body counted and
+decoded as it comes, then `Endpoint.serve`. What is left here is the framing of answers:
+a whole JSON answer in one write; a stream's head with its first batch, one chunk per
+batch, the last chunk with the last batch. Background turns go to aiohttp.
 
-A connection starts here (`FastProtocol`, the front door's first protocol) and stays
-only while its requests are plain (`request_head.parse`); anything else, and aiohttp's
-protocol takes the connection over with the bytes buffered so far, for good. Background
-turns go to aiohttp too. `--fast-http false` keeps every connection on aiohttp.
+`--fast-http false` keeps every connection on aiohttp; so does an aiohttp without its C
+parser, whose reading of a head is not llhttp's. The fast path is kept while it pays (at
+least 40 µs of CPU per one-token request, same run: `bench/fresh_probes.py`, README).
 """
 
 from __future__ import annotations
 
 import asyncio
 import email.utils
-import logging
 import time
+from http import HTTPStatus
 from typing import Any, Protocol, cast
 
 import orjson
 from aiohttp import web
 from aiohttp.http import SERVER_SOFTWARE
 
-from streamer import logs, tracing
 from streamer.config import Settings
-from streamer.core import json_bounds, sse
-from streamer.core.errors import RequestError, invalid, shutting_down, store_unavailable
-from streamer.core.events import Event
-from streamer.core.response import new_id
-from streamer.frontends.api_keys import ApiKeys
+from streamer.core.errors import RequestError
 from streamer.frontends.background import SSE_HEADERS
-from streamer.frontends.request_head import (
-    HAND_OVER,
-    MAX_HEAD,
-    MORE,
-    Head,
-    chunk,
-    parse,
-    response_head,
-)
-from streamer.gateway import Gateway
-from streamer.logs import choose_request_id
-from streamer.store import StoreUnavailable
-from streamer.turn_runner import JSONSink
-
-log = logging.getLogger("streamer.frontends.fast_http")
+from streamer.frontends.endpoint import Endpoint, closes, error_answer
+from streamer.frontends.fast_connection import MAX_HEAD, FastConnection, Request, State, Step
 
 PATH = "/v1/responses"  # aiohttp's canonical name of the route, in the metrics
+TRANSFER = ("Transfer-Encoding", "chunked")
+
+
+def same_parser() -> bool:
+    """aiohttp reads requests with llhttp (its C extension), as the fast path does."""
+    from aiohttp import http_parser
+
+    return http_parser.HttpRequestParser is getattr(http_parser, "HttpRequestParserC", None)
 
 
 class Owner(Protocol):
@@ -58,67 +50,60 @@ class Owner(Protocol):
 
     def begin(self) -> None: ...
     def end(self) -> None: ...
-    def hand_over(self, buffered: bytes) -> None: ...
+    def hand_over(self, reads: list[bytes]) -> None: ...
 
 
-def parse_json(raw: bytes | bytearray, max_values: int = json_bounds.MAX_VALUES) -> Any:
-    """A request body as JSON, or the 400 that says why not (both servers' rule): not
-    JSON, or JSON beyond the bounds (`json_bounds`: too deep, too many values)."""
+def chunk(data: bytes, last: bool = False) -> bytes:
+    """`data` as one chunk of a chunked body (none when empty), then its end if `last`."""
+    framed = b"%x\r\n%b\r\n" % (len(data), data) if data else b""
+    return framed + b"0\r\n\r\n" if last else framed
+
+
+def response_head(status: int, fields: list[tuple[str, str]]) -> bytes:
+    """The status line and header fields of an answer, blank line included."""
     try:
-        return json_bounds.loads(raw, max_values)
-    except orjson.JSONDecodeError as exc:
-        raise invalid(
-            f"We could not parse the JSON body of your request ({exc.msg}).", code="invalid_json"
-        ) from None
-
-
-def background(request: Any) -> bool:
-    """A background turn: aiohttp serves it (its snapshot, or the stream that follows it)."""
-    return type(request) is dict and bool(request.get("background"))
-
-
-def json_body(value: Any) -> bytes:
-    """A whole JSON answer's body (one name, so that tests can watch what is answered)."""
-    return orjson.dumps(value)
-
-
-def internal_error() -> RequestError:
-    return RequestError(
-        "The gateway had an internal error.", status=500, type="server_error", code="server_error"
-    )
+        reason = HTTPStatus(status).phrase
+    except ValueError:
+        reason = ""
+    lines = [f"HTTP/1.1 {status} {reason}", *(f"{name}: {value}" for name, value in fields)]
+    return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
 
 
 class FastRoute:
-    """What the fast connections of one app share: the gateway, the keys, the settings."""
+    """What the fast connections of one app share: the endpoint, and the framing."""
 
-    def __init__(
-        self,
-        gateway: Gateway,
-        settings: Settings,
-        keys: ApiKeys | None,
-        extra_headers: list[tuple[str, str]] | None = None,
-    ) -> None:
-        self.gateway = gateway
-        self.keys = keys
-        self.max_line = settings.max_header_bytes
-        self.max_body = settings.max_body_bytes
-        self.max_json_values = settings.max_json_values
+    def __init__(self, endpoint: Endpoint, settings: Settings) -> None:
+        self.endpoint = endpoint
+        self.max_field = settings.max_header_bytes
         self.body_timeout = settings.client_body_timeout
         self.conns: set[FastProtocol] = set()
         self.closing = False
-        self.served = 0  # requests answered here (the rest were aiohttp's)
-        extra = "".join(f"{k}: {v}\r\n" for k, v in extra_headers or ())
-        self._extra = extra.encode("latin-1")
-        self._sse = response_head(200, [*SSE_HEADERS.items(), ("Transfer-Encoding", "chunked")])
-        self._sse = self._sse[:-2]  # the fields shared by every stream, without the blank line
+        self.stats = endpoint.gateway.stats  # /healthz shows `fast_http_requests`
+        self.stats.setdefault("fast_http_requests", 0)  # answered here (the rest: aiohttp's)
+        # the fields shared by every stream, without the blank line
+        self.sse_fields = response_head(200, [*SSE_HEADERS.items(), TRANSFER])[:-2]
         self._date_at = -1
         self._date = b""
+
+    @property
+    def served(self) -> int:
+        return self.stats["fast_http_requests"]
 
     def protocol(self, owner: Owner) -> FastProtocol:
         return FastProtocol(self, owner)
 
-    def _tail(self, rid: str, close: bool) -> bytes:
-        """Date, Server, Connection, X-Request-Id and the worker's header, blank line included."""
+    def admit(self, request: Request) -> None:
+        """`fast_connection.Rules`: the endpoint's head rules, in aiohttp's order (its auth
+        middleware, then the handler): key, shutdown, media type, coding, length."""
+        endpoint = self.endpoint
+        headers = request.headers
+        request.who = endpoint.authenticate(headers.get("authorization"))
+        endpoint.open()
+        coding = headers.get("content-encoding")
+        request.reader = endpoint.admit(request.mime, coding, request.length)
+
+    def tail(self, rid: str, close: bool) -> bytes:
+        """Date, Server, Connection and the endpoint's decorations, blank line included."""
         now = int(time.time())
         if now != self._date_at:
             date = email.utils.formatdate(now, usegmt=True)
@@ -127,15 +112,7 @@ class FastRoute:
                 f"Date: {date}\r\nServer: {SERVER_SOFTWARE}\r\n".encode(),
             )
         connection = b"Connection: close\r\n" if close else b""
-        return b"%b%bX-Request-Id: %b\r\n%b\r\n" % (
-            self._date,
-            connection,
-            rid.encode("ascii"),
-            self._extra,
-        )
-
-    def sse_head(self, rid: str, close: bool) -> bytes:
-        return self._sse + self._tail(rid, close)
+        return b"%b%b%b\r\n" % (self._date, connection, self.endpoint.decorations.lines(rid))
 
     def whole(
         self, status: int, body: bytes, rid: str, close: bool, headers: dict[str, str] | None = None
@@ -144,7 +121,12 @@ class FastRoute:
         fields = [("Content-Type", "application/json")]
         fields.extend((k, v) for k, v in (headers or {}).items() if k.lower() != "connection")
         fields.append(("Content-Length", str(len(body))))
-        return response_head(status, fields)[:-2] + self._tail(rid, close) + body
+        return response_head(status, fields)[:-2] + self.tail(rid, close) + body
+
+    def failure(self, error: RequestError, rid: str, close: bool) -> bytes:
+        """An error answer in OpenAI's shape; `close` also if the error says so."""
+        body = orjson.dumps(error.body())
+        return self.whole(error.status, body, rid, close or closes(error), error.headers)
 
     def shutdown(self) -> None:
         """The server is stopping: idle connections close now, busy ones after their answer."""
@@ -157,148 +139,88 @@ class FastRoute:
         for conn in list(self.conns):
             conn.close()
 
-    async def serve(self, conn: FastProtocol, head: Head, body: Any) -> None:
-        """One request, as observe_middleware frames it: id, metrics, access line."""
-        started = time.monotonic()
-        self.served += 1
-        rid = choose_request_id(head.headers.get("x-request-id"), new_id("req"))
-        logs.request_id.set(rid)  # this task's own context
-        logs.request_fields.set({})
-        tracing.continue_trace(head.headers)  # this task's own context: not undone
-        status = 500
+    def refuse(self, conn: FastProtocol, request: Request) -> None:
+        """An answer from the head, or from a body cut short (401, 413, 415, 408, …);
+        the connection closes after it."""
+        error = request.error
+        assert error is not None
+        self.stats["fast_http_requests"] += 1
+        offered = request.headers.get("x-request-id")
+        with self.endpoint.observe("POST", PATH, PATH, offered) as seen:
+            seen.status = error.status
+            conn.send_whole(self.failure(error, seen.rid, True))
+
+    async def serve(self, conn: FastProtocol, request: Request, body: Any) -> None:
+        """One request, observed (id, metrics, access line), answered by the endpoint."""
+        self.stats["fast_http_requests"] += 1
+        offered = request.headers.get("x-request-id")
         try:
-            status = await self._answer(conn, head, body, rid)
-        except asyncio.CancelledError:
-            status = 499  # the client went away first
-            raise
+            with self.endpoint.observe("POST", PATH, PATH, offered, request.headers) as seen:
+                seen.status = await self._answer(conn, request, body, seen.rid)
         except ConnectionResetError:  # gone before its answer began: nobody to tell
             conn.close()
         finally:
-            metrics = self.gateway.metrics
-            metrics.child(metrics.requests, "POST", PATH, str(status)).inc()
-            logs.access("POST", PATH, status, started, logs.request_fields.get())
             conn.done()
 
-    async def _answer(self, conn: FastProtocol, head: Head, body: Any, rid: str) -> int:
-        """The answer's status; every failure in OpenAI's error shape, as errors_middleware."""
+    async def _answer(self, conn: FastProtocol, request: Request, body: Any, rid: str) -> int:
+        """The answer's status; a failure in OpenAI's error shape (`error_answer`)."""
+        endpoint = self.endpoint
+        reply = _Reply(self, conn, rid, request.close)
         try:
-            return await self._respond(conn, head, body, rid)
-        except RequestError as exc:
-            error = exc
-        except StoreUnavailable as exc:
-            error = store_unavailable(exc)
+            if isinstance(body, RequestError):
+                raise body
+            authorization = request.headers.get("authorization")
+            turn = await endpoint.prepare(body, request.who, authorization)
+            await endpoint.serve(turn, reply)
+            return 200
         except ConnectionResetError:
             raise
-        except Exception:
-            log.exception("unhandled error on POST %s", PATH)
-            error = internal_error()
-        if conn.answered:  # a stream under way cannot become an error answer: cut it
+        except Exception as exc:
+            error = error_answer(exc, f"POST {PATH}")
+        if reply.started:  # a stream under way cannot become an error answer: cut it
             conn.close()
             return 500
-        self.reply(conn, rid, head.close, error)
+        conn.send_whole(self.failure(error, rid, request.close))
+        conn.close_after |= closes(error)
         return error.status
 
-    def reply(self, conn: FastProtocol, rid: str, close: bool, error: RequestError) -> None:
-        headers = error.headers or {}
-        close = close or any(
-            k.lower() == "connection" and v.lower() == "close" for k, v in headers.items()
-        )
-        conn.send_whole(self.whole(error.status, orjson.dumps(error.body()), rid, close, headers))
-        if close:
-            conn.close_after = True
 
-    async def _respond(self, conn: FastProtocol, head: Head, body: Any, rid: str) -> int:
-        """create_response (and the auth middleware before it) on the fast path; `body`:
-        the parsed JSON, or the error its parse raised (answered after the key check)."""
-        gateway = self.gateway
-        authorization = head.headers.get("authorization")
-        who = self.keys.check(authorization) if self.keys is not None else None
-        if gateway.in_flight.closing:
-            raise shutting_down()
-        if isinstance(body, RequestError):
-            raise body
-        request = body
-        headers = {"Authorization": authorization} if authorization is not None else {}
-        turn = await gateway.prepare(
-            request, client=gateway.client(who, headers), authorization=authorization
-        )
-        gateway.stats["http_turns"] += 1
-        if not request.get("stream"):
-            await gateway.run(turn, JSONSink(), "json")
-            conn.send_whole(self.whole(200, json_body(turn.response), rid, head.close))
-            return 200
-        sink = _SSESink(conn, self.sse_head(rid, head.close))
-        try:
-            await gateway.run(turn, sink, "sse")
-        except ConnectionResetError:  # the client left between two writes
-            if not sink.answered:
-                raise
-            return 200
-        if not sink.ended:  # `run` sends the terminal event, or raises
-            await sink.write(chunk(b"", True))
-        return 200
+class _Reply:
+    """The endpoint's `Reply` on the transport: a whole answer in one write, or a stream
+    whose head leaves with its first chunk."""
 
-    def late(self, conn: FastProtocol, head: Head) -> None:
-        """The body did not arrive in time: the 408 read_json answers, then the close."""
-        started = time.monotonic()
-        rid = choose_request_id(head.headers.get("x-request-id"), new_id("req"))
-        token = logs.request_id.set(rid)
-        error = RequestError(
-            f"The request body did not arrive within {self.body_timeout:g} seconds.",
-            status=408,
-            code="request_timeout",
-            headers={"Connection": "close"},
-        )
-        self.reply(conn, rid, True, error)
-        metrics = self.gateway.metrics
-        metrics.child(metrics.requests, "POST", PATH, "408").inc()
-        logs.access("POST", PATH, 408, started)
-        logs.request_id.reset(token)
-        conn.done()
+    __slots__ = ("close", "conn", "rid", "route", "started")
 
+    def __init__(self, route: FastRoute, conn: FastProtocol, rid: str, close: bool) -> None:
+        self.route, self.conn, self.rid, self.close = route, conn, rid, close
+        self.started = False  # the stream's head is out: no error answer now
 
-class _SSESink:
-    """A streamed turn on the transport: the head leaves with the first batch, each batch
-    is one chunk, and the last one carries the end of the body."""
+    async def json(self, body: bytes) -> None:
+        self.conn.send_whole(self.route.whole(200, body, self.rid, self.close))
 
-    __slots__ = ("conn", "ended", "head")
-
-    def __init__(self, conn: FastProtocol, head: bytes) -> None:
-        self.conn = conn
-        self.head: bytes | None = head
-        self.ended = False
-
-    @property
-    def answered(self) -> bool:
-        return self.head is None
-
-    async def send(self, batch: list[Event], final: bool) -> None:
-        data = chunk(sse.encode_many(batch), final)
-        head = self.head
-        if head is not None:
-            data, self.head = head + data, None
-            self.conn.answered = True
-        self.ended = final
-        await self.write(data)
-
-    async def write(self, data: bytes) -> None:
-        if self.conn.write(data):
+    async def stream(self, data: bytes, last: bool) -> None:
+        framed = chunk(data, last)
+        if not self.started:
+            self.started = True
+            route = self.route
+            framed = route.sse_fields + route.tail(self.rid, self.close) + framed
+        if self.conn.write(framed):
             await self.conn.drain()
 
 
 class FastProtocol(asyncio.Protocol):
-    """One client connection while its requests are the fast path's."""
+    """The asyncio shell of one `FastConnection`: it feeds it bytes, runs what it says
+    (an answer's task, a refusal, the hand-over, a close) and keeps the front door told."""
 
     def __init__(self, route: FastRoute, owner: Owner) -> None:
         self.route = route
         self.owner = owner
+        self.conn = FastConnection(route, route.max_field, route.body_timeout)
         self.transport: asyncio.Transport | None = None
-        self.buf = bytearray()  # appended to in place: a body in many reads is not recopied
-        self.searched = 0  # bytes of `buf` already searched for the end of a head
-        self.head: Head | None = None  # a head whose body is still coming
         self.task: asyncio.Task[None] | None = None
         self.timer: asyncio.TimerHandle | None = None
-        self.answered = False  # the current answer's head has left
+        self.timed: State | None = None  # the state the timer is for
+        self.busy = False  # what the front door was told
         self.close_after = False
         self.closed = False
         self.paused = False  # the transport's buffer is full: writes wait
@@ -307,82 +229,91 @@ class FastProtocol(asyncio.Protocol):
 
     @property
     def idle(self) -> bool:
-        return self.task is None and self.head is None
+        return self.task is None and not self.conn.busy
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = cast(asyncio.Transport, transport)
         self.route.conns.add(self)
 
     def data_received(self, data: bytes) -> None:
-        self.buf += data
-        if self.task is None:
-            self._take()
-        elif len(self.buf) > MAX_HEAD and self.reading:  # pipelined: read on after the answer
-            self.reading = False
+        conn = self.conn
+        self._act(conn.received(data))
+        if conn.state is State.ANSWERING and conn.held > MAX_HEAD and self.reading:
+            self.reading = False  # pipelined: read on after the answer
             self._transport().pause_reading()
 
     def _transport(self) -> asyncio.Transport:
         assert self.transport is not None
         return self.transport
 
-    def _take(self) -> None:
-        """The next request in the buffer: its task once it is whole, else wait or hand over."""
-        route = self.route
-        head = self.head
-        if head is None:
-            buf = self.buf
-            parsed = parse(buf, max_line=route.max_line, max_body=route.max_body, at=self.searched)
-            if parsed is MORE:
-                self.searched = len(buf)  # a head trickled in is searched once, not per read
-                return
-            self.searched = 0
-            if parsed is HAND_OVER:
-                return self._hand_over()
-            assert isinstance(parsed, Head)
-            self.head = head = parsed
-            self.owner.begin()
-        end = head.size + head.length
-        if len(self.buf) < end:
-            if self.timer is None:
-                loop = asyncio.get_running_loop()
-                self.timer = loop.call_later(route.body_timeout, self._late)
+    def _act(self, step: Step) -> None:
+        conn = self.conn
+        while True:
+            self._sync()
+            if step is Step.REFUSE:
+                assert conn.request is not None
+                self.route.refuse(self, conn.request)
+                step = conn.answered()
+                continue
+            if step is Step.SERVE:
+                self._serve()
+            elif step is Step.HAND_OVER:
+                self._give(conn.handed)
+            elif step is Step.CLOSE:
+                self.close()
             return
-        self.head = None
-        if self.timer is not None:
-            self.timer.cancel()
-            self.timer = None
-        try:
-            body = parse_json(self.buf[head.size : end], route.max_json_values)
-        except RequestError as exc:
-            body = exc
-        if background(body):
-            self.owner.end()
-            return self._hand_over()
-        del self.buf[:end]
-        self.answered = False
-        self.close_after = head.close
-        self.task = asyncio.get_running_loop().create_task(route.serve(self, head, body))
 
-    def _hand_over(self) -> None:
-        """aiohttp's protocol takes the connection, with everything read so far."""
-        buffered, self.buf = bytes(self.buf), bytearray()
+    def _sync(self) -> None:
+        """The front door's busy mark and the body (or lingering) timer, as the state is."""
+        conn = self.conn
+        busy = conn.request is not None and conn.state is not State.DISCARDING  # conn.busy
+        if busy is not self.busy:
+            self.busy = busy
+            if busy:
+                self.owner.begin()
+            else:
+                self.owner.end()
+        state = conn.state if conn.state in (State.BODY, State.DISCARDING) else None
+        if state is not self.timed:
+            if self.timer is not None:
+                self.timer.cancel()
+            self.timed, self.timer = state, None
+            if state is not None:
+                # a refused body is read and dropped for as long (aiohttp's lingering)
+                seconds = self.route.body_timeout
+                self.timer = asyncio.get_running_loop().call_later(seconds, self._expired)
+
+    def _expired(self) -> None:
+        self.timer, self.timed = None, None
+        if not self.closed:
+            self._act(self.conn.expired())
+
+    def _serve(self) -> None:
+        request = self.conn.request
+        assert request is not None
+        try:
+            body = self.route.endpoint.parse(request.body)
+        except RequestError as exc:
+            body = exc.with_traceback(None)  # its frames would hold the body until answered
+        if type(body) is dict and body.get("background"):  # aiohttp's: its snapshot, its follow
+            self._give(self.conn.hand_over())
+            return
+        request.body, request.reads = b"", []  # parsed, and served here: neither is needed
+        self.close_after = request.close
+        self.task = asyncio.get_running_loop().create_task(self.route.serve(self, request, body))
+
+    def _give(self, reads: list[bytes]) -> None:
+        """aiohttp's protocol takes the connection, with every read of this request."""
+        self._sync()
         self.route.conns.discard(self)
         if not self.reading:
             self.reading = True
             self._transport().resume_reading()
-        self.owner.hand_over(buffered)
-
-    def _late(self) -> None:
-        self.timer = None
-        head, self.head = self.head, None
-        if head is not None and not self.closed:
-            self.buf.clear()
-            self.route.late(self, head)
+        self.owner.hand_over(reads)
 
     def done(self) -> None:
-        """An answer ended: close if asked, else on to the next request."""
+        """An answer ended: close if asked, else on to what came meanwhile."""
         self.task = None
-        self.owner.end()
         if self.closed:
             return
         if self.close_after or self.route.closing:
@@ -391,8 +322,7 @@ class FastProtocol(asyncio.Protocol):
         if not self.reading:
             self.reading = True
             self._transport().resume_reading()
-        if self.buf:
-            self._take()
+        self._act(self.conn.answered())
 
     def send_whole(self, data: bytes) -> None:
         """A whole answer: written, nothing to wait for (the transport buffers it)."""
@@ -429,6 +359,7 @@ class FastProtocol(asyncio.Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True
+        self.conn.lost()
         self.route.conns.discard(self)
         if self.timer is not None:
             self.timer.cancel()

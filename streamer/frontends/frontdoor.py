@@ -240,12 +240,13 @@ class _Connection(asyncio.Protocol):
         self.inner = self.factory() if self.fast is None else self.fast.protocol(self)
         self.inner.connection_made(transport)
 
-    def hand_over(self, buffered: bytes) -> None:
-        """The fast path lets go: aiohttp's protocol owns the connection from here on."""
+    def hand_over(self, reads: list[bytes]) -> None:
+        """The fast path lets go: aiohttp's protocol owns the connection from here on, and
+        reads what was read so far as it would have, one read at a time."""
         inner = self.inner = self.factory()
         inner.connection_made(cast(asyncio.Transport, self.transport))
-        if buffered:
-            inner.data_received(buffered)
+        for data in reads:
+            inner.data_received(data)
 
     def begin(self) -> None:
         """A request head is complete (the fast path's door_middleware)."""

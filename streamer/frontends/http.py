@@ -11,18 +11,14 @@ import orjson
 from aiohttp import web
 
 from streamer.compaction import compacted, compaction_body
-from streamer.core import sse
-from streamer.core.errors import RequestError, invalid, shutting_down
-from streamer.core.events import Event
 from streamer.core.model_catalog import ModelCatalog, configured_body, models_answer
 from streamer.frontends.background import SSE_HEADERS, follow
-from streamer.frontends.fast_http import parse_json
+from streamer.frontends.endpoint import Decorations, Endpoint
 from streamer.frontends.frontdoor import FRONT_DOOR
+from streamer.frontends.request_body import late, unreadable
 from streamer.gateway import Gateway
 from streamer.identity import CLIENT
 from streamer.models_config import catalog_entries
-from streamer.turn import Turn
-from streamer.turn_runner import JSONSink
 from streamer.worker import WORKER_INFO
 
 log = logging.getLogger("streamer.frontends.http")
@@ -30,6 +26,8 @@ log = logging.getLogger("streamer.frontends.http")
 
 GATEWAY = web.AppKey("gateway", Gateway)
 MODEL_CATALOG = web.AppKey("model_catalog", ModelCatalog)  # --model-metadata, checked
+ENDPOINT = web.AppKey("endpoint", Endpoint)  # set at startup, with the gateway
+DECORATIONS = web.AppKey("decorations", Decorations)  # what every answer carries
 
 
 class SSEReply(web.StreamResponse):
@@ -53,145 +51,89 @@ def json_response(
     )
 
 
-# What aiohttp decodes (zstd via backports.zstd, br via brotli, both dependencies): one
-# coding exactly; it passes anything else through as is, which would then fail as bad JSON.
-BODY_CODINGS = ("", "identity", "gzip", "deflate", "br", "zstd")
-
-
-def _check_coding(header: str) -> None:
-    """One known Content-Encoding (Codex sends zstd), or a 415 naming the ones taken."""
-    if header.strip().lower() not in BODY_CODINGS:
-        raise RequestError(
-            f"Unsupported Content-Encoding {header.strip()!r}: send one of zstd, gzip, "
-            "deflate or br (one coding), or none.",
-            status=415,
-            code="unsupported_content_encoding",
-        )
+def _abandon(request: web.Request) -> None:
+    """The rest of this body is not read, nor drained by aiohttp: close after the answer."""
+    request.content.feed_eof()
+    request.protocol.close()
 
 
 async def read_json(request: web.Request) -> Any:
-    """The request body as JSON, or a 4xx that says what is wrong with it."""
-    ctype = request.content_type
-    if ctype not in ("application/json", "application/octet-stream", "") and not ctype.endswith(
-        "+json"
-    ):
-        raise RequestError(
-            f"Unsupported content type {ctype!r}: send application/json.",
-            status=415,
-            code="unsupported_media_type",
-        )
-    _check_coding(request.headers.get("Content-Encoding", ""))
-    settings = request.app[GATEWAY].settings
-    limit = settings.client_body_timeout
+    """The request body as JSON, by the endpoint's rules (`request_body.py`); aiohttp only
+    carries the bytes (its own decoding is off: the endpoint counts the decoded size)."""
+    endpoint = request.app[ENDPOINT]
+    headers = request.headers
+    reader = endpoint.admit(
+        request.content_type, headers.get("Content-Encoding"), request.content_length
+    )
     try:
-        async with asyncio.timeout(limit):
-            raw = await request.read()
+        async with asyncio.timeout(endpoint.body_timeout):
+            async for data in request.content.iter_any():
+                reader.feed(data)  # the 413 of a body that grows too large, as it grows
     except TimeoutError:
-        # a body trickled in (slowloris): the connection is not worth keeping
-        request.content.feed_eof()
-        request.protocol.close()
-        raise RequestError(
-            f"The request body did not arrive within {limit:g} seconds.",
-            status=408,
-            code="request_timeout",
-            headers={"Connection": "close"},
-        ) from None
-    except web.RequestPayloadError as exc:  # a body aiohttp could not decode (bad gzip, …)
-        # The rest of this connection's bytes cannot be trusted: answer, then close it,
-        # without aiohttp draining (and logging) the broken body once more.
-        request.content.feed_eof()
-        request.protocol.close()
-        reason = getattr(exc.__cause__, "message", None) or "it could not be decoded"
-        raise invalid(
-            f"We could not read the body of your request: {reason}.", code="invalid_body"
-        ) from None
-    return parse_json(raw, settings.max_json_values)
+        _abandon(request)  # a body trickled in (slowloris): not worth keeping the connection
+        raise late(endpoint.body_timeout) from None
+    except web.RequestPayloadError:  # broken chunked framing: the rest cannot be trusted
+        _abandon(request)
+        raise unreadable("its chunked framing is broken") from None
+    return endpoint.parse(reader.finish())
+
+
+class _Reply:
+    """The endpoint's `Reply` on aiohttp: a `web.Response`, or an `SSEReply` prepared with
+    the first events (X-Request-Id and the rest: added by the app's hook)."""
+
+    __slots__ = ("request", "response")
+
+    def __init__(self, request: web.Request) -> None:
+        self.request = request
+        self.response: web.StreamResponse | None = None
+
+    async def json(self, body: bytes) -> None:
+        self.response = web.Response(body=body, content_type="application/json")
+
+    async def stream(self, data: bytes, last: bool) -> None:
+        reply = self.response
+        if reply is None:
+            reply = self.response = SSEReply(headers=SSE_HEADERS)
+            await reply.prepare(self.request)
+        if last:
+            await reply.write_eof(data)
+        elif data:
+            await reply.write(data)
+
+    def answer(self) -> web.StreamResponse:
+        assert self.response is not None  # `serve` answers, or raises
+        return self.response
 
 
 async def create_response(request: web.Request) -> web.StreamResponse:
     """POST /v1/responses."""
-    gateway = request.app[GATEWAY]
-    if gateway.in_flight.closing:
-        raise shutting_down()
+    endpoint = request.app[ENDPOINT]
+    endpoint.open()
     body = await read_json(request)
-    headers = request.headers
-    turn = await gateway.prepare(
-        body,
-        client=gateway.client(request.get(CLIENT), headers),
-        authorization=headers.get("Authorization"),
-    )
-    gateway.stats["http_turns"] += 1
+    turn = await endpoint.prepare(body, request.get(CLIENT), request.headers.get("Authorization"))
     if body.get("background"):
+        gateway = endpoint.gateway
+        gateway.stats["http_turns"] += 1
         snapshot = await gateway.start_background(turn)
         if not turn.request.get("stream"):
             return web.Response(body=snapshot, content_type="application/json")
         return await follow(request, gateway.store, turn.response["id"], after=-1)
-    if not body.get("stream"):
-        await gateway.run(turn, JSONSink(), "json")
-        return json_response(turn.response)
-    return await stream_sse(request, gateway, turn)
+    reply = _Reply(request)
+    await endpoint.serve(turn, reply)
+    return reply.answer()
 
 
-async def compact(request: web.Request) -> web.Response:
+async def compact(request: web.Request) -> web.StreamResponse:
     """POST /v1/responses/compact: the compaction turn of the trigger (streamer/compaction.py),
     answered as a `response.compaction` object."""
-    gateway = request.app[GATEWAY]
-    if gateway.in_flight.closing:
-        raise shutting_down()
+    endpoint = request.app[ENDPOINT]
+    endpoint.open()
     body = compaction_body(await read_json(request))
-    headers = request.headers
-    turn = await gateway.prepare(
-        body,
-        client=gateway.client(request.get(CLIENT), headers),
-        authorization=headers.get("Authorization"),
-    )
-    gateway.stats["http_turns"] += 1
-    await gateway.run(turn, JSONSink(), "json")
-    return json_response(compacted(turn.response, turn.items))
-
-
-class _SSESink:
-    """A streamed turn: one write per batch of events ready at once.
-
-    The reply starts with the first batch: a backend that refuses the turn before any
-    event is still an HTTP error. The last batch and the end of the chunked body leave
-    in one write.
-    """
-
-    __slots__ = ("reply", "request")
-
-    def __init__(self, request: web.Request) -> None:
-        self.request = request
-        self.reply: web.StreamResponse | None = None
-
-    @property
-    def answered(self) -> bool:
-        return self.reply is not None
-
-    async def send(self, batch: list[Event], final: bool) -> None:
-        reply = self.reply
-        if reply is None:  # X-Request-Id: added by the app on every answer
-            reply = self.reply = SSEReply(headers=SSE_HEADERS)
-            await reply.prepare(self.request)
-        data = sse.encode_many(batch)
-        if final:
-            await reply.write_eof(data)
-        else:
-            await reply.write(data)
-
-
-async def stream_sse(request: web.Request, gateway: Gateway, turn: Turn) -> web.StreamResponse:
-    """Serve a turn as SSE."""
-    sink = _SSESink(request)
-    try:
-        await gateway.run(turn, sink, "sse")
-    except ConnectionResetError:  # the client left between two writes: let the backend go
-        if sink.reply is None:
-            raise
-        return sink.reply
-    assert sink.reply is not None  # `run` sends the terminal event, or raises
-    await sink.reply.write_eof()  # nothing, if the last batch ended the body already
-    return sink.reply
+    turn = await endpoint.prepare(body, request.get(CLIENT), request.headers.get("Authorization"))
+    reply = _Reply(request)
+    await endpoint.serve(turn, reply, lambda turn: compacted(turn.response, turn.items))
+    return reply.answer()
 
 
 async def list_models(request: web.Request) -> web.Response:
