@@ -12,7 +12,7 @@ repeats of `--turns` turns each:
   the timed block; CPU of the process (the export thread included).
 
 The off path against main: run this file with `PYTHONPATH=<main's tree>` (only `off`
-runs there) and compare, alternated; `--once K --mode off` runs K turns and exits, for
+runs there) and compare, alternated; `--once K` runs K turns (tracing off) and exits, for
 `valgrind --tool=callgrind` (the difference of K=400 and K=0 is K turns' instructions).
 
     python bench/bench_tracing.py [--turns 200] [--repeat 15] [--n 20] [--modes off on]
