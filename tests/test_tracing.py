@@ -18,7 +18,9 @@ from typing import Any
 
 import aiohttp
 import openai
+import orjson
 import pytest
+import websockets
 from harness import GatewayHarness
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
@@ -109,10 +111,11 @@ async def test_off_no_span_and_no_traceparent_reaches_the_backend() -> None:
         assert "traceparent" not in gw.backend.records[-1].headers
 
 
+@pytest.mark.parametrize("fast_http", [True, False])  # both servers continue the trace
 async def test_a_turn_is_one_genai_span_continuing_the_clients_trace(
-    spans: InMemorySpanExporter,
+    spans: InMemorySpanExporter, fast_http: bool
 ) -> None:
-    async with GatewayHarness() as gw:
+    async with GatewayHarness(fast_http=fast_http) as gw:
         gw.backend.script(TEXT)
         async with sdk(gw.url) as client:
             response = await client.responses.create(
@@ -269,3 +272,22 @@ async def test_store_operations_outside_a_trace_make_no_span(spans: InMemorySpan
     ):
         assert resp.status == 200
     assert spans.get_finished_spans() == ()
+
+
+async def test_a_websockets_turns_continue_the_trace_of_its_upgrade(
+    spans: InMemorySpanExporter,
+) -> None:
+    async with (
+        GatewayHarness() as gw,
+        websockets.connect(gw.ws_url, additional_headers={"traceparent": TRACEPARENT}) as ws,
+    ):
+        for _ in range(2):
+            await ws.send(orjson.dumps({"type": "response.create", "model": "m", "input": "hi"}))
+            while orjson.loads(await ws.recv())["type"] != "response.completed":
+                pass
+    turns = _turn_spans(spans)
+    assert len(turns) == 2
+    for turn in turns:
+        assert dict(turn.attributes or {})["streamer.transport"] == "websocket"
+        assert hex_id(turn.context.trace_id, 32) == TRACE_ID
+        assert turn.parent is not None and hex_id(turn.parent.span_id, 16) == CLIENT_SPAN
