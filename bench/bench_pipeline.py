@@ -29,7 +29,7 @@ import load_backend
 import load_client
 
 from streamer.core import sse
-from streamer.turn import TurnOptions, prepare
+from streamer.turns.turn import TurnOptions, prepare
 from streamer.upstream.chat.stream import ChatDecoder, EndCause
 from streamer.upstream.http1.wire import ChunkedDecoder
 

@@ -8,8 +8,8 @@ the row times the bare loop over the batches, for scale). The `OutputItemStreame
 the work the same deltas cost the pipeline anyway, for scale. Thread CPU time, medians of
 the repeats, same run.
 
-`--compare FILE` times another revision's `streamer/redact.py` beside this one (`git show
-main:streamer/redact.py > FILE`; one whose stream has `_scrub_batch`, or this one's
+`--compare FILE` times another revision's `streamer/upstream/redact.py` beside this one (`git show
+main:streamer/upstream/redact.py > FILE`; one whose stream has `_scrub_batch`, or this one's
 `DeltaScrubber`). `delay` is what the scrubber costs in time to first text: how many
 characters of the answer had come before its first delta left, for this turn's text and for
 one long token (a base64 blob: the whole window waits).
@@ -205,7 +205,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--deltas", type=int, default=2000)
     parser.add_argument("--repeat", type=int, default=15)
-    parser.add_argument("--compare", help="another revision's streamer/redact.py")
+    parser.add_argument("--compare", help="another revision's streamer/upstream/redact.py")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args(argv)
     result = measure(args.deltas, args.repeat, args.compare)

@@ -29,10 +29,10 @@ from typing import Any
 
 from streamer.app import create_app
 from streamer.config import Settings
+from streamer.core.batch import Batch
 from streamer.core.deltas import Finish, TextDelta, Usage
 from streamer.frontends.http import GATEWAY
-from streamer.turn_runner import JSONSink
-from streamer.upstream.batch import Batch
+from streamer.turns.turn_runner import JSONSink
 
 BODY = {"model": "bench", "input": "hi", "max_output_tokens": 100}
 

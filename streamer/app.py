@@ -16,6 +16,7 @@ from aiohttp import web
 
 from streamer import fd_budget, logs, tracing
 from streamer.config import Settings
+from streamer.core.model_metadata import load_model_catalog
 from streamer.frontends.api_keys import ApiKeys
 from streamer.frontends.endpoint import Decorations, Endpoint
 from streamer.frontends.fast_http import FAST_ROUTE, FastRoute, same_parser
@@ -28,12 +29,11 @@ from streamer.frontends.middlewares import (
     expect_rules,
     observe_middleware,
 )
-from streamer.gateway import Gateway
-from streamer.model_metadata import load_model_catalog
+from streamer.turns.gateway import Gateway
 
 if TYPE_CHECKING:
+    from streamer.turns.router import Router
     from streamer.upstream.chat.profile_probe import ProfileProbe
-    from streamer.upstream.router import Router
     from streamer.worker import Seat
 
 log = logging.getLogger("streamer.app")
@@ -62,12 +62,12 @@ RELOADS = web.AppKey("reloads", Reloads)
 async def _start(app: web.Application) -> None:
     from streamer.frontends.background import Background
     from streamer.frontends.background_caps import TurnCaps
-    from streamer.model_routes import build_router, load_config
-    from streamer.options import turn_options
     from streamer.store.observed import observe_store
     from streamer.store_setup import open_gateway_store
+    from streamer.turns.model_routes import build_router, load_config
+    from streamer.turns.options import turn_options
+    from streamer.turns.registry import UpstreamRegistry
     from streamer.upstream.http1.connection_limit import OpenConnections
-    from streamer.upstream.registry import UpstreamRegistry
 
     # the store first: it may keep the state key the turn options seal with
     store, settings, answered = await open_gateway_store(app[SETTINGS])
@@ -96,7 +96,8 @@ async def _start(app: web.Application) -> None:
     catalog = app[MODEL_CATALOG] = load_model_catalog(settings.model_metadata)
     gateway.metrics.know_models(_model_labels(config, catalog))
     router.metrics = gateway.metrics
-    observe_store(store, gateway.metrics.store_operations, gateway.metrics.store_incomplete)
+    metrics = gateway.metrics
+    observe_store(store, metrics.store_operations, metrics.store_incomplete, tracing.span)
     app[GATEWAY] = gateway
     router.start()
     if settings.config:
@@ -130,7 +131,7 @@ def _open_endpoint(app: web.Application, gateway: Gateway) -> None:
 def _on_sighup(app: web.Application, router: Router) -> None:
     """SIGHUP reloads `--config`: new turns use it, turns in flight finish on the old one;
     a file that cannot be served is logged and the old config kept."""
-    from streamer.model_routes import reread
+    from streamer.turns.model_routes import reread
 
     settings = app[SETTINGS]
 
@@ -199,14 +200,14 @@ def check_settings(settings: Settings) -> None:
         raise ValueError("--metrics-auth needs client keys (--api-key or --api-key-file)")
     load_model_catalog(settings.model_metadata)  # a wrong file stops the gateway here
     tracing.check()  # OTEL_* asking for traces this gateway cannot send
-    from streamer.model_routes import check_config
+    from streamer.turns.model_routes import check_config
 
     check_config(settings)  # --config: the file, its line and what is wrong
     from streamer.supervisor import check_workers
 
     check_workers(settings)
-    from streamer.options import store_options
     from streamer.store import check_spec
+    from streamer.turns.options import store_options
 
     check_spec(settings.store, settings.store_key_prefix)  # the URL, before any connection
     store_options(settings)  # the TLS files
@@ -321,7 +322,7 @@ def serve(settings: Settings, worker: Seat | None = None) -> None:
         new_loop = uvloop.new_event_loop
     except ImportError:  # pragma: no cover - uvloop is a dependency on Linux
         pass
-    from streamer.model_routes import serving_target
+    from streamer.turns.model_routes import serving_target
 
     logs.configure(settings.log_level, settings.access_log)
     tracing.configure()  # off unless OTEL_* asks (each worker its own exporter)

@@ -131,7 +131,7 @@ def listed_models(origin: str, key: str | None) -> list[str]:
 def pick_model(args: argparse.Namespace, settings: Settings, origin: str, key: str | None) -> str:
     """--codex-model, --model, the metadata file's first model, the gateway's first, or the
     embedded model's name; SystemExit(2) when none is known."""
-    from streamer.model_metadata import load_model_catalog
+    from streamer.core.model_metadata import load_model_catalog
 
     if args.codex_model or settings.model:
         return str(args.codex_model or settings.model)

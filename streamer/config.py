@@ -2,7 +2,7 @@
 
 From it come the flag and its environment variable (`SETTINGS`: the CLI's parser,
 `settings_from`), the settings table in docs/settings.md (`settings_table`) and, for the
-settings that override a backend profile's field, the profile (streamer/options.py,
+settings that override a backend profile's field, the profile (streamer/turns/options.py,
 `PROFILE_SETTINGS`).
 """
 

@@ -1,7 +1,7 @@
 """The store as the gateway opens it at startup: its options from the settings, the store
 server's own configuration checked (warnings), and the state key kept in the store.
 
-The state key seals `encrypted_content` (streamer/sealing.py). Without `--state-key-file`,
+The state key seals `encrypted_content` (streamer/core/sealing.py). Without `--state-key-file`,
 a store that other instances share (Redis) or that outlives the process (SQLite) keeps
 one: the first instance to start makes it (`shared_secret`, set if absent) and every other
 one, and every later start, uses the same, so compaction and reasoning items open on any
@@ -16,8 +16,8 @@ import os
 from dataclasses import replace
 
 from streamer.config import Settings
-from streamer.options import store_options
 from streamer.store import ResponseStore, StoreUnavailable, open_store
+from streamer.turns.options import store_options
 
 log = logging.getLogger("streamer.store")
 

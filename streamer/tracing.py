@@ -9,7 +9,7 @@ processor's bounds). The SDK is the optional extra `otel`; without it nothing is
 Off, every entry point here is one test of `_tracer is None` and gives back `None` or the
 shared no-op `NOOP`: no span, no context, no allocation per request.
 
-What the gateway traces (docs/observability.md): one span per turn (streamer/genai_spans.py
+What the gateway traces (docs/observability.md): one span per turn (streamer/turns/genai_spans.py
 names its GenAI attributes), inside it one per backend attempt (a `traceparent` sent to the
 backend), store operations and compaction; other code (remote MCP calls) opens its own with
 `span` / `tool_call` and sends `outgoing_headers()`. An incoming `traceparent`

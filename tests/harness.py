@@ -12,7 +12,7 @@ from streamer.app import create_app
 from streamer.config import Settings
 from streamer.frontends.frontdoor import GuardedSite
 from streamer.frontends.http import GATEWAY
-from streamer.gateway import Gateway
+from streamer.turns.gateway import Gateway
 
 
 class GatewayHarness:

@@ -15,7 +15,7 @@ import websockets
 from builders import gateway_process
 from scripted_backend import DONE, ScriptedBackend, error_chunk, finish, text_chunks, usage
 
-from streamer.genai_spans import replica_name
+from streamer.turns.genai_spans import replica_name
 
 TEXT = [*text_chunks(["Hel", "lo"]), finish("stop"), usage(9, 4), DONE]
 FAILING = [*text_chunks(["a"]), error_chunk("engine died", "engine_dead"), DONE]

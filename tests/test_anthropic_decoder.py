@@ -12,7 +12,7 @@ from typing import Any
 import orjson
 import pytest
 
-from streamer.compaction import BACKEND_FIELD, REASONING_FIELD, restore
+from streamer.core.compaction import BACKEND_FIELD, REASONING_FIELD, restore
 from streamer.core.deltas import (
     Delta,
     Finish,
@@ -27,8 +27,8 @@ from streamer.core.deltas import (
 from streamer.core.lowering import LoweringOptions, normalize_input
 from streamer.core.output import OutputItemStreamer
 from streamer.core.response import new_response
+from streamer.core.sealing import Sealer
 from streamer.core.tools import ResponsesToolNames
-from streamer.sealing import Sealer
 from streamer.upstream.anthropic.blocks import thinking_runs
 from streamer.upstream.anthropic.decoder import MessagesEventDecoder
 from streamer.upstream.anthropic.errors import http_error
@@ -534,7 +534,7 @@ def test_more_thinking_blocks_than_kept_fail_the_turn() -> None:
 
 
 def test_kept_thinking_past_what_a_seal_holds_fails_the_turn() -> None:
-    from streamer.sealing import MAX_PLAIN_BYTES
+    from streamer.core.sealing import MAX_PLAIN_BYTES
     from streamer.upstream.anthropic.decoder import MAX_THINKING_CHARS, THINKING_LIMIT
 
     assert MAX_THINKING_CHARS < MAX_PLAIN_BYTES  # what is kept still seals with its text

@@ -8,7 +8,7 @@ import asyncio
 import aiohttp
 from harness import GatewayHarness
 
-from streamer.records import stored
+from streamer.turns.records import stored
 
 
 async def test_a_cancel_ends_a_turn_nobody_runs_after_the_set_wait() -> None:

@@ -31,8 +31,8 @@ from scripted_backend import (
 from sdk_models import validate_event, validate_response
 
 from streamer.cli import build_parser
-from streamer.compaction import HANDOVER_PROMPT, LAST_REQUEST_HEADING, SUMMARY_HEADING
-from streamer.sealing import MAX_SEALED_CHARS, PREFIX, Sealer
+from streamer.core.compaction import HANDOVER_PROMPT, LAST_REQUEST_HEADING, SUMMARY_HEADING
+from streamer.core.sealing import MAX_SEALED_CHARS, PREFIX, Sealer
 from streamer.tap.replay import run_replay
 
 SUMMARY = "Goal: ship the parser. Files touched: src/parse.py."

@@ -23,7 +23,7 @@ from scripted_backend import DONE, finish, text_chunks, usage
 from streamer.core.echo import echo_text, echo_tools
 from streamer.core.response import new_response
 from streamer.tap.replay import Recording, replay
-from streamer.turn import TurnOptions, prepare
+from streamer.turns.turn import TurnOptions, prepare
 
 FIXTURES = Path(__file__).parent / "fixtures" / "streams"
 CONFORMANCE_PAGE = Path(__file__).parent.parent / "docs" / "conformance.md"

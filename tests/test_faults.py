@@ -50,7 +50,7 @@ from sdk_models import validate_event, validate_response
 from streamer.core.errors import FAILURE_CODES
 from streamer.core.output import OutputItemStreamer
 from streamer.frontends.websocket import SESSIONS, Session
-from streamer.turn import Turn
+from streamer.turns.turn import Turn
 from streamer.upstream.backend_stream import BackendStream
 
 TERMINAL = frozenset({"response.completed", "response.failed", "response.incomplete"})

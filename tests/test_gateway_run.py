@@ -19,11 +19,11 @@ from streamer.core.deltas import Delta, Finish, TextDelta
 from streamer.core.errors import RequestError
 from streamer.core.events import Event
 from streamer.frontends.background import Background
-from streamer.gateway import Gateway, never
-from streamer.in_flight import Stop
 from streamer.store import MemoryStore
-from streamer.turn import Turn
-from streamer.upstream.registry import Backend, UpstreamRegistry
+from streamer.turns.gateway import Gateway, never
+from streamer.turns.in_flight import Stop
+from streamer.turns.registry import Backend, UpstreamRegistry
+from streamer.turns.turn import Turn
 
 ANSWER: list[list[Delta]] = [[TextDelta("a")], [TextDelta("b")], [Finish("stop")]]
 

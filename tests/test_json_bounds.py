@@ -23,7 +23,7 @@ from streamer.core.client_tools import SHELL
 from streamer.core.deltas import Annotation, ForeignEvent, ItemAdded, UpstreamError, WholeItem
 from streamer.core.errors import RequestError
 from streamer.core.json_bounds import MAX_DEPTH, MAX_ITEM_DEPTH
-from streamer.recorder import ExchangeRecorder
+from streamer.turns.recorder import ExchangeRecorder
 from streamer.upstream.chat.decoder import INVALID_CHUNK
 from streamer.upstream.responses.decoder import ResponsesEventDecoder, decode_response_body
 

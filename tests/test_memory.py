@@ -25,10 +25,10 @@ from test_gateway_run import a_turn, gateway
 from test_pipeline_first_batch import ListStream, ListUpstream
 
 from streamer.cli import main
+from streamer.core.batch import Batch
 from streamer.core.deltas import Finish, TextDelta
 from streamer.core.events import Event
-from streamer.sealing import Sealer
-from streamer.upstream.batch import Batch
+from streamer.core.sealing import Sealer
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -61,7 +61,7 @@ def test_serve_starts_without_the_other_commands_nor_cryptography() -> None:
     )
     assert out.returncode == 0, out.stderr.decode()[-2000:]
     modules = out.stdout.decode().split()
-    assert "streamer.gateway" in modules and "streamer.frontends.http" in modules
+    assert "streamer.turns.gateway" in modules and "streamer.frontends.http" in modules
     unwanted = ("cryptography", "streamer.tap", "streamer.codex_launch", "websockets")
     assert [m for m in modules if m.startswith(unwanted)] == []
 

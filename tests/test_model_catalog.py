@@ -27,7 +27,7 @@ from streamer.core.model_catalog import (
     models_answer,
     parse_catalog,
 )
-from streamer.model_metadata import load_model_catalog
+from streamer.core.model_metadata import load_model_catalog
 
 # What Codex 0.169 refuses a catalog entry without (serde: "missing field …"; and one of
 # base_instructions / model_messages.instructions_template), found by feeding it entries.

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from streamer import cli
-from streamer.models_config import ConfigError, catalog_entries, load, parse
+from streamer.core.models_config import ConfigError, catalog_entries, load, parse
 from streamer.upstream.chat.profiles import PROFILES
 from streamer.upstream.kinds import NAMES as KIND_NAMES
 
@@ -172,7 +172,7 @@ def test_every_config_error_names_the_file_the_line_and_what_is_wrong(
 
 
 def test_a_model_sets_its_profile_settings_by_their_names_checked_as_the_flags() -> None:
-    from streamer.options import model_knobs
+    from streamer.turns.options import model_knobs
 
     text = _model(
         'reasoning_efforts = "low,high"\ndrop_params = "stream_options"\nfile_parts = false\n'
@@ -232,15 +232,15 @@ def test_the_readme_example_parses() -> None:
     readme = (Path(__file__).parent.parent / "README.md").read_text()
     section = readme.split("## Several models", 1)[1]
     text = section.split("```toml\n", 1)[1].split("```", 1)[0]
-    from streamer.options import model_knobs
+    from streamer.turns.options import model_knobs
 
     config = parse(text, "README.md", ENV, PROFILE_NAMES, KIND_NAMES, knobs=model_knobs())
     assert [m.name for m in config.models] == ["local", "api"]
 
 
 def test_each_worker_holds_its_share_of_a_models_concurrency() -> None:
-    from streamer.model_routes import per_worker
-    from streamer.models_config import ModelsConfig, ModelSpec
+    from streamer.core.models_config import ModelsConfig, ModelSpec
+    from streamer.turns.model_routes import per_worker
 
     config = ModelsConfig(
         (
@@ -258,7 +258,7 @@ def test_the_startup_line_names_the_configured_models_not_the_embedded_one(
     tmp_path: Path,
 ) -> None:
     from streamer.config import Settings
-    from streamer.model_routes import serving_target
+    from streamer.turns.model_routes import serving_target
 
     path = tmp_path / "streamer.toml"
     path.write_text(

@@ -6,10 +6,10 @@ from __future__ import annotations
 import orjson
 import pytest
 
-from streamer.compaction import REASONING_FIELD, restore
+from streamer.core.compaction import REASONING_FIELD, restore
 from streamer.core.deltas import TextDelta
 from streamer.core.errors import RequestError
-from streamer.sealing import Sealer
+from streamer.core.sealing import Sealer
 from streamer.upstream.chat.stream import EndCause
 from streamer.upstream.responses.decoder import ResponsesDecoder
 

@@ -40,9 +40,9 @@ from test_operators import scrape, value
 from streamer import __version__
 from streamer.app import create_app
 from streamer.config import Settings
+from streamer.core.identity import client_identity
 from streamer.frontends.frontdoor import GuardedSite
-from streamer.genai_spans import replica_name
-from streamer.identity import client_identity
+from streamer.turns.genai_spans import replica_name
 
 TEXT = [*text_chunks(["Hel", "lo"]), finish("stop"), usage(7, 2), DONE]
 KEYS = ("sk-metrics-one", "sk-metrics-two")

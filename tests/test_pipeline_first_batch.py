@@ -6,10 +6,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from streamer.core.batch import Batch
 from streamer.core.deltas import Delta, Finish, TextDelta
-from streamer.turn import TurnOptions, prepare
-from streamer.turn_runner import stream_events
-from streamer.upstream.batch import Batch
+from streamer.turns.turn import TurnOptions, prepare
+from streamer.turns.turn_runner import stream_events
 
 
 class ListStream:

@@ -10,7 +10,7 @@ import asyncio
 
 from builders import ManualClock
 
-from streamer.quiet_trim import QuietTrim, malloc_trim
+from streamer.turns.quiet_trim import QuietTrim, malloc_trim
 
 DELAY = 0.05
 

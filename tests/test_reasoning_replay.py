@@ -150,7 +150,7 @@ async def test_the_flag_overrides_the_profile_and_off_replays_nothing() -> None:
 
 def test_the_deprecated_replay_reasoning_off_still_means_off() -> None:
     from streamer.config import Settings
-    from streamer.options import backend_profile
+    from streamer.turns.options import backend_profile
 
     assert backend_profile(Settings(replay_reasoning=False)).reasoning_replay == "off"
     assert backend_profile(Settings(backend_profile="vllm")).reasoning_replay == "reasoning"

@@ -18,6 +18,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from streamer.core.batch import Batch
 from streamer.core.delta_scrub import DeltaScrubber
 from streamer.core.deltas import (
     Delta,
@@ -35,11 +36,10 @@ from streamer.core.scrub import (
     excerpt,
     secrets_of,
 )
-from streamer.redact import _RedactingStream
 from streamer.store import MemoryStore, StoredResponse
-from streamer.upstream.batch import Batch
 from streamer.upstream.chat.decoder import payload_error
 from streamer.upstream.chat.http_errors import http_error, rate_limit_headers
+from streamer.upstream.redact import _RedactingStream
 
 KEY = "sk-test-KEY-0123456789"
 OTHER = "sk-other-999999"

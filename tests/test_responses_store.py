@@ -36,9 +36,9 @@ from scripted_backend import (
 )
 from sdk_models import validate_event, validate_response
 
-from streamer.gateway import SHUT_DOWN
 from streamer.store import MemoryStore, open_store
 from streamer.store.sqlite_store import SqliteStore
+from streamer.turns.gateway import SHUT_DOWN
 
 END = [finish("stop"), usage(5, 2), DONE]
 ERROR_KEYS = {"message", "type", "param", "code"}

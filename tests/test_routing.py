@@ -25,7 +25,7 @@ from streamer.config import Settings
 from streamer.core import routing
 from streamer.frontends.frontdoor import GuardedSite
 from streamer.frontends.http import GATEWAY
-from streamer.upstream.router import Limit
+from streamer.turns.router import Limit
 
 TOOLS = [{"type": "function", "name": "search", "parameters": {"type": "object"}}]
 
@@ -650,7 +650,7 @@ async def test_a_chat_model_falls_back_to_a_responses_model_with_a_responses_bod
 ) -> None:
     """The fallback is sent what its kind takes at its `/v1/responses` URL (issue 26: it
     was sent the Chat body, `messages` and Chat-shaped tools, for the first model's kind)."""
-    from streamer.compaction import HANDOVER_PROMPT
+    from streamer.core.compaction import HANDOVER_PROMPT
 
     gw, (turn, compaction) = await _fall_back(tmp_path, "chat", "responses")
     try:
@@ -681,7 +681,7 @@ async def test_a_responses_model_falls_back_to_a_chat_model_with_a_chat_body(
 ) -> None:
     """The reverse: a Chat fallback is sent Chat Completions (the compaction turn too: it
     was sent the first model's Responses body, `input` and no `messages`)."""
-    from streamer.compaction import HANDOVER_PROMPT
+    from streamer.core.compaction import HANDOVER_PROMPT
 
     gw, (turn, compaction) = await _fall_back(tmp_path, "responses", "chat")
     try:

@@ -252,9 +252,9 @@ def test_every_piece_of_a_run_is_its_own_event() -> None:
 
 
 def test_first_calls_and_the_compactor_take_a_run_as_its_pieces() -> None:
-    from streamer.compaction import Compactor
-    from streamer.sealing import Sealer
-    from streamer.upstream.batch import Batch
+    from streamer.core.batch import Batch
+    from streamer.core.compaction import Compactor
+    from streamer.core.sealing import Sealer
     from streamer.upstream.first_call import FirstCallOnly
 
     def deltas(runs: bool) -> list[Delta]:

@@ -1,4 +1,4 @@
-"""streamer/sealing.py and the pure parts of streamer/compaction.py, with plain values."""
+"""streamer/core/sealing.py and the pure parts of streamer/core/compaction.py, with plain values."""
 
 from __future__ import annotations
 
@@ -8,11 +8,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from streamer.compaction import Compactor, restore, summary_message
+from streamer.core.batch import Batch
+from streamer.core.compaction import Compactor, restore, summary_message
 from streamer.core.deltas import Finish, ReasoningDelta, TextDelta, ToolCallDelta, Usage, WholeItem
 from streamer.core.errors import RequestError
-from streamer.sealing import MAX_PLAIN_BYTES, MAX_SEALED_CHARS, PREFIX, Sealer
-from streamer.upstream.batch import Batch
+from streamer.core.sealing import MAX_PLAIN_BYTES, MAX_SEALED_CHARS, PREFIX, Sealer
 
 SEALER = Sealer.from_secret(b"s" * 32)
 
@@ -46,7 +46,7 @@ def test_a_blob_opens_only_for_its_owner_and_says_nothing_of_whose_it_is() -> No
 
 async def test_a_replay_opens_sealed_items_as_the_recorded_client() -> None:
     from streamer.tap.replay import Recording, replay
-    from streamer.turn import TurnOptions
+    from streamer.turns.turn import TurnOptions
 
     item = {
         "type": "compaction",

@@ -35,7 +35,7 @@ from scripted_backend import (
 )
 from test_faults import BODY, DEADLINE, Outcome, check_error_body, check_events
 
-from streamer.gateway import SHUT_DOWN
+from streamer.turns.gateway import SHUT_DOWN
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -11,8 +11,8 @@ from scripted_backend import DONE, finish, text_chunks
 from test_tap_record import record
 
 from streamer.cli import build_parser
-from streamer.recorder import ExchangeRecorder, chunk_bytes
 from streamer.tap.replay import Recording, normalised, replay, run_replay
+from streamer.turns.recorder import ExchangeRecorder, chunk_bytes
 
 TEXT = ["h\u00e9", "llo \u2603 ", "\U0001f600!"]  # two-, three- and four-byte characters
 

@@ -20,16 +20,16 @@ from sdk_models import validate_event, validate_response
 from test_faults import _sdk_view
 
 from streamer.config import Settings
+from streamer.core.batch import Batch
 from streamer.core.deltas import Delta, Finish, ReasoningDelta, TextDelta, ToolCallDelta
 from streamer.core.events import Event
 from streamer.core.output import OutputItemStreamer
 from streamer.core.output_items import OutputLimits
 from streamer.core.response import new_response
 from streamer.core.tools import ResponsesToolNames
-from streamer.options import turn_options
-from streamer.turn import TurnOptions, prepare
-from streamer.turn_runner import stream_events
-from streamer.upstream.batch import Batch
+from streamer.turns.options import turn_options
+from streamer.turns.turn import TurnOptions, prepare
+from streamer.turns.turn_runner import stream_events
 from streamer.upstream.body_budget import ByteBudget
 
 

@@ -39,7 +39,7 @@ from streamer.app import PROFILE_PROBE, create_app
 from streamer.cli import build_parser
 from streamer.config import Settings
 from streamer.frontends.frontdoor import GuardedSite
-from streamer.recorder import chunk_bytes
+from streamer.turns.recorder import chunk_bytes
 
 TOOLS: list[dict[str, Any]] = [
     {
@@ -412,7 +412,7 @@ async def test_the_startup_probe_recognises_anthropic(caplog: pytest.LogCaptureF
 
 def test_a_models_max_output_tokens_is_checked_where_it_is_set() -> None:
     from streamer.core.model_catalog import parse_catalog
-    from streamer.models_config import ConfigError, parse
+    from streamer.core.models_config import ConfigError, parse
 
     text = '[[models]]\nname = "c"\nupstreams = ["http://h/v1"]\napi = "anthropic"\nmax_output_tokens = 0\n'
     with pytest.raises(ConfigError, match=r"f.toml:5: models\[0\].max_output_tokens"):
@@ -446,7 +446,7 @@ async def test_a_stored_turn_without_sealed_thinking_goes_on_without_thinking() 
 
 
 async def test_compaction_over_a_messages_backend() -> None:
-    from streamer.compaction import HANDOVER_PROMPT
+    from streamer.core.compaction import HANDOVER_PROMPT
 
     history = [
         {"type": "message", "role": "user", "content": "Fix the parser"},

@@ -549,7 +549,7 @@ async def test_a_recording_of_a_responses_backend_replays_the_same(tmp_path: Any
 
 
 async def test_compaction_is_the_gateways_over_a_responses_backend() -> None:
-    from streamer.compaction import HANDOVER_PROMPT, SUMMARY_HEADING
+    from streamer.core.compaction import HANDOVER_PROMPT, SUMMARY_HEADING
 
     history = [
         {"type": "message", "role": "user", "content": "Fix the parser"},

@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 BACKEND_BLOB = "backend_encrypted_content"
-"""Where an opened reasoning item (streamer/compaction.py `restore`) carries the Responses
+"""Where an opened reasoning item (streamer/core/compaction.py `restore`) carries the Responses
 backend's own `encrypted_content`, sealed in the gateway's, to the lowering."""
 
 

@@ -13,7 +13,7 @@ Choices that every Chat backend accepts:
   is left out of the chat view; it is never an error. Item references are put in by the
   gateway (streamer/core/item_references.py): one that reaches lowering is unknown, a 400.
   Sealed items (compaction, reasoning with `encrypted_content`) are opened before lowering
-  (streamer/compaction.py `restore`).
+  (streamer/core/compaction.py `restore`).
 """
 
 from __future__ import annotations

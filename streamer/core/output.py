@@ -110,7 +110,7 @@ class OutputItemStreamer:
     ) -> None:
         limits = limits or OutputLimits()
         # the client asked for `reasoning.encrypted_content`: each reasoning item carries
-        # its text sealed (streamer/sealing.py), for clients that keep only that
+        # its text sealed (streamer/core/sealing.py), for clients that keep only that
         self._seal_reasoning = seal_reasoning
         self._blob: str | None = None  # the backend's encrypted_content of the open reasoning
         self._prompt = prompt  # what was sent (JSON-able): usage is estimated from it if need be

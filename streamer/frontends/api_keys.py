@@ -11,8 +11,12 @@ from __future__ import annotations
 import hmac
 from collections.abc import Iterable
 
+from aiohttp import web
+
 from streamer.core.errors import RequestError
-from streamer.identity import client_identity
+from streamer.core.identity import client_identity
+
+CLIENT = web.RequestKey("client", str)  # the request's client identity, set by the auth middleware
 
 CLOSE = {"Connection": "close"}
 

@@ -45,12 +45,12 @@ from streamer.core.events import (
 )
 from streamer.core.response import usage_object
 from streamer.frontends.background_caps import TurnCaps
-from streamer.in_flight import InFlight, Stop
-from streamer.records import stored
 from streamer.store import ResponseStore, StoreUnavailable
 from streamer.store.base import event_type
-from streamer.turn import Turn
-from streamer.turn_runner import Sink
+from streamer.turns.in_flight import InFlight, Stop
+from streamer.turns.records import stored
+from streamer.turns.turn import Turn
+from streamer.turns.turn_runner import Sink
 
 log = logging.getLogger("streamer.frontends.background")
 T = TypeVar("T")

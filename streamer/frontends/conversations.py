@@ -1,7 +1,7 @@
 """The Conversations API routes (`/v1/conversations`, its items), on the gateway's store.
 
 Each route acts as the asking client: another client's conversation is not found. The
-records and their limits are streamer/conversations.py's.
+records and their limits are streamer/turns/conversations.py's.
 """
 
 from __future__ import annotations
@@ -10,12 +10,12 @@ from typing import Any
 
 from aiohttp import web
 
-from streamer.conversations import Conversations, check_metadata, new_items, not_found
 from streamer.core.errors import RequestError, invalid
 from streamer.frontends.http import GATEWAY, json_response, read_json
 from streamer.frontends.retrieval import owner_of, page_args
 from streamer.store import StoredResponse
 from streamer.store.base import page_items
+from streamer.turns.conversations import Conversations, check_metadata, new_items, not_found
 
 
 def _conversations(request: web.Request) -> Conversations:

@@ -37,12 +37,12 @@ from streamer.core.events import Event
 from streamer.core.response import new_id
 from streamer.frontends.api_keys import ApiKeys, credential
 from streamer.frontends.request_body import BodyReader, check_coding, check_media, closing
-from streamer.gateway import Gateway
 from streamer.logs import choose_request_id
 from streamer.metrics import Metrics
 from streamer.store import StoreUnavailable
-from streamer.turn import Turn
-from streamer.turn_runner import JSONSink
+from streamer.turns.gateway import Gateway
+from streamer.turns.turn import Turn
+from streamer.turns.turn_runner import JSONSink
 
 log = logging.getLogger("streamer.frontends.endpoint")
 

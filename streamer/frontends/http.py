@@ -10,15 +10,15 @@ from typing import Any
 import orjson
 from aiohttp import web
 
-from streamer.compaction import compacted, compaction_body
+from streamer.core.compaction import compacted, compaction_body
 from streamer.core.model_catalog import ModelCatalog, configured_body, models_answer
+from streamer.core.models_config import catalog_entries
+from streamer.frontends.api_keys import CLIENT
 from streamer.frontends.background import SSE_HEADERS, follow
 from streamer.frontends.endpoint import Decorations, Endpoint
 from streamer.frontends.frontdoor import FRONT_DOOR
 from streamer.frontends.request_body import late, unreadable
-from streamer.gateway import Gateway
-from streamer.identity import CLIENT
-from streamer.models_config import catalog_entries
+from streamer.turns.gateway import Gateway
 from streamer.worker import WORKER_INFO
 
 log = logging.getLogger("streamer.frontends.http")

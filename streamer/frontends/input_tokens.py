@@ -16,8 +16,8 @@ from typing import Any
 from aiohttp import web
 
 from streamer.core.errors import RequestError, invalid
+from streamer.frontends.api_keys import CLIENT
 from streamer.frontends.http import GATEWAY, json_response, read_json
-from streamer.identity import CLIENT
 from streamer.upstream.chat.tokenize import (
     TOKENIZERS,
     TokenizerAPI,

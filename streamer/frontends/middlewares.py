@@ -19,9 +19,9 @@ from aiohttp import web
 from aiohttp.http import HttpVersion11
 
 from streamer.core.errors import RequestError
+from streamer.frontends.api_keys import CLIENT
 from streamer.frontends.endpoint import Observed, closes, error_answer
 from streamer.frontends.http import DECORATIONS, ENDPOINT, GATEWAY
-from streamer.identity import CLIENT
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 REQUEST_ID = web.RequestKey("request_id", str)

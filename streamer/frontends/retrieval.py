@@ -10,11 +10,11 @@ from typing import Literal
 
 from aiohttp import web
 
-from streamer.conversations import is_conversation_id
 from streamer.core.errors import RequestError, invalid
+from streamer.frontends.api_keys import CLIENT
 from streamer.frontends.background import RUNNING, follow
 from streamer.frontends.http import GATEWAY, json_response
-from streamer.identity import CLIENT
+from streamer.turns.conversations import is_conversation_id
 
 
 def _not_found(response_id: str) -> RequestError:

@@ -34,13 +34,13 @@ from aiohttp import WSCloseCode, WSMsgType, web
 from streamer.core.errors import RequestError, invalid, server_error
 from streamer.core.events import Event
 from streamer.core.response import new_id
+from streamer.frontends.api_keys import CLIENT
 from streamer.frontends.http import GATEWAY
 from streamer.frontends.ws_frames import text_frames, with_stream_id
 from streamer.frontends.ws_queue import QUEUE_FULL, Admission, QueueBudget
 from streamer.frontends.ws_session import History, Lane, Queued, Refused, SessionRules
-from streamer.gateway import Gateway
-from streamer.identity import CLIENT
-from streamer.turn import Turn
+from streamer.turns.gateway import Gateway
+from streamer.turns.turn import Turn
 
 log = logging.getLogger("streamer.frontends.websocket")
 

@@ -44,7 +44,7 @@ class IncompleteRecord(StoreUnavailable):
 class StoredResponse:
     """What a stored response keeps: the Response, its input as listed, and its owner.
 
-    `owner` is the identity of the client that created it (streamer/identity.py); "" (an
+    `owner` is the identity of the client that created it (streamer/core/identity.py); "" (an
     anonymous gateway) or None (a record older than owners) belongs to everyone.
     `affinity` is the replica-affinity key its turn was routed by (core/routing.py), so a
     continuation keeps to that replica on whichever instance it arrives at.
@@ -142,7 +142,7 @@ class ResponseStore(Protocol):
     async def shared_secret(self, name: str, candidate: bytes) -> bytes:
         """The secret kept under `name`, or `candidate`, kept now if none was (set if
         absent): every instance on one shared store gets the same, and a durable store keeps
-        it across restarts. It never expires (the state key: streamer/sealing.py)."""
+        it across restarts. It never expires (the state key: streamer/core/sealing.py)."""
 
     async def check(self) -> list[str]:
         """What an operator should change in the store's own configuration (logged as

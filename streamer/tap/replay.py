@@ -24,14 +24,14 @@ import orjson
 
 from streamer.core.errors import RequestError
 from streamer.core.events import Event
+from streamer.core.sealing import load_sealer
 from streamer.core.tools import NamingConfig
-from streamer.recorder import chunk_bytes
-from streamer.sealing import load_sealer
 from streamer.tap.command import EXIT_CLEAN, EXIT_UNREADABLE, EXIT_VIOLATIONS, use_color
 from streamer.tap.grammar import GrammarChecker
 from streamer.tap.render import Renderer
-from streamer.turn import TurnOptions, prepare
-from streamer.turn_runner import stream_events
+from streamer.turns.recorder import chunk_bytes
+from streamer.turns.turn import TurnOptions, prepare
+from streamer.turns.turn_runner import stream_events
 from streamer.upstream.backend_stream import BackendStream
 from streamer.upstream.chat.kind import CHAT
 from streamer.upstream.kind import BackendKind
@@ -141,7 +141,7 @@ def normalised(events: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
                 elif key in ("created_at", "completed_at") and item is not None:
                     item = 0
                 elif key == "encrypted_content" and isinstance(item, str):
-                    item = "<sealed>"  # a fresh nonce every time (streamer/sealing.py)
+                    item = "<sealed>"  # a fresh nonce every time (streamer/core/sealing.py)
                 out[key] = walk(item)
             return out
         if isinstance(value, list):

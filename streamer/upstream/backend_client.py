@@ -32,8 +32,8 @@ from urllib.parse import urlsplit
 import orjson
 
 from streamer.core.errors import RequestError
+from streamer.core.identity import client_identity
 from streamer.core.scrub import bearer_token, excerpt, secrets_of
-from streamer.identity import client_identity
 from streamer.upstream.backend_errors import Failures, Rejected, read_http_error
 from streamer.upstream.backend_stream import BackendStream
 from streamer.upstream.body_budget import ByteBudget

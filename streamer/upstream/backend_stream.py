@@ -12,8 +12,8 @@ import asyncio
 from collections.abc import Callable
 from types import TracebackType
 
+from streamer.core.batch import Batch
 from streamer.core.deltas import Delta
-from streamer.upstream.batch import Batch
 from streamer.upstream.chat.stream import EndCause
 from streamer.upstream.http1.connection import Response
 from streamer.upstream.http1.content_coding import ContentCodingError, DecodedResponse

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 
+from streamer.core.batch import Batch
 from streamer.core.deltas import ToolCallDelta
-from streamer.upstream.batch import Batch
 
 
 class FirstCallOnly:

@@ -38,7 +38,7 @@ from scripted_backend import (
     usage,
 )
 
-from streamer.compaction import HANDOVER_PROMPT
+from streamer.core.compaction import HANDOVER_PROMPT
 
 pytestmark = [
     pytest.mark.codex,

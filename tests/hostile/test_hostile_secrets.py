@@ -27,7 +27,7 @@ import pytest
 from harness import GatewayHarness
 from raw_backend import RawBackend, RawConnection, chunked, http_response, sse_data, sse_head
 
-from streamer.recorder import ExchangeRecorder
+from streamer.turns.recorder import ExchangeRecorder
 
 KEY = "sk-upstream-HOSTILE-0123456789abcd"  # 34 characters, as in the issue
 CLIENT_KEY = "sk-client-of-the-gateway-000000"

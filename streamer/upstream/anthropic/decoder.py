@@ -40,8 +40,8 @@ from streamer.core.deltas import (
 )
 from streamer.core.json_bounds import MAX_ITEM_DEPTH, too_deep
 from streamer.core.scrub import excerpt
+from streamer.core.sealing import MAX_PLAIN_BYTES
 from streamer.core.sse import SSEMessage
-from streamer.sealing import MAX_PLAIN_BYTES
 from streamer.upstream.anthropic.blocks import ThinkingRun, thinking_blob
 from streamer.upstream.anthropic.errors import stream_error
 from streamer.upstream.anthropic.event_shapes import NO_SHAPE, fit, learn_piece

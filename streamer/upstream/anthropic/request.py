@@ -34,7 +34,7 @@ from typing import Any
 
 import orjson
 
-from streamer.compaction import HANDOVER_PROMPT
+from streamer.core.compaction import HANDOVER_PROMPT
 from streamer.core.errors import invalid
 from streamer.core.lowering import LoweringOptions, nearest_effort
 from streamer.core.request_fields import LOGPROBS, wants_logprobs

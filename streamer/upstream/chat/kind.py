@@ -11,8 +11,8 @@ from typing import Any
 
 import orjson
 
-from streamer.compaction import compaction_request
 from streamer.core.backend_tools import FLAT
+from streamer.core.compaction import compaction_request
 from streamer.core.lowering import lower
 from streamer.upstream.chat.decoder import ChatChunkDecoder
 from streamer.upstream.chat.profiles import BackendProfile

@@ -9,7 +9,7 @@ import logging
 from collections.abc import Mapping
 from typing import Any
 
-from streamer.compaction import HANDOVER_PROMPT
+from streamer.core.compaction import HANDOVER_PROMPT
 from streamer.core.lowering import LoweringOptions
 from streamer.core.responses_lowering import CLIENT_TOOL_TYPES, lower_responses
 from streamer.core.tools import ResponsesToolNames

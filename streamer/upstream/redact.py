@@ -21,9 +21,9 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from typing import Any
 
+from streamer.core.batch import Batch
 from streamer.core.delta_scrub import DeltaScrubber
 from streamer.core.scrub import StreamScrubber, bearer_token, scrub_bytes, secrets_of
-from streamer.upstream.batch import Batch
 
 
 class RedactingUpstream:

@@ -2,7 +2,7 @@
 
 `prepare` validates the request, builds the tool map once, lowers the request for the
 backend and builds the `OutputItemStreamer`; the `Turn` holds all of it. No I/O and no
-asyncio here: `streamer/turn_runner.py` runs a turn against its backend, `Gateway.run`
+asyncio here: `streamer/turns/turn_runner.py` runs a turn against its backend, `Gateway.run`
 drives that for every transport and ends the turn.
 
 The turn owns what a backend may make it hold: the streamer counts output characters
@@ -16,14 +16,14 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from streamer.compaction import (
+from streamer.core.compaction import (
     BACKEND_FIELD,
     REASONING_FIELD,
     Compactor,
     is_compaction,
     last_user_request,
 )
-from streamer.compaction import restore as restore_sealed
+from streamer.core.compaction import restore as restore_sealed
 from streamer.core.deltas import Usage
 from streamer.core.errors import invalid
 from streamer.core.events import Event
@@ -34,9 +34,9 @@ from streamer.core.output_items import OutputLimits
 from streamer.core.request_checks import validate_request
 from streamer.core.request_fields import echo_applied
 from streamer.core.response import new_response
+from streamer.core.sealing import REASONING_INCLUDE, Sealer
 from streamer.core.tools import NamingConfig, ResponsesToolNames
-from streamer.recorder import ExchangeRecorder
-from streamer.sealing import REASONING_INCLUDE, Sealer
+from streamer.turns.recorder import ExchangeRecorder
 from streamer.upstream.chat.kind import CHAT
 from streamer.upstream.kind import BackendKind
 
@@ -65,9 +65,11 @@ class Turn:
     backend_request: dict[str, Any]
     streamer: OutputItemStreamer
     headers: dict[str, str] = field(default_factory=dict)
-    client: str = ""  # who asked (streamer.identity): pools and stored responses are per client
+    client: str = (
+        ""  # who asked (streamer.core.identity): pools and stored responses are per client
+    )
     max_seconds: float = 3600.0  # the turn's deadline, from its start (TurnOptions)
-    compactor: Compactor | None = None  # a compaction turn (streamer/compaction.py)
+    compactor: Compactor | None = None  # a compaction turn (streamer/core/compaction.py)
     lowering: LoweringOptions = field(default_factory=LoweringOptions)  # for a re-lowering
     view: list[dict[str, Any]] = field(default_factory=list)  # items with sealed ones opened
     # `--tap-dir`: a recording opened before the turn runs (a background turn's, which holds
@@ -75,7 +77,7 @@ class Turn:
     recorder: ExchangeRecorder | None = None
     conversation: str | None = None  # the conversation this turn extends at its end
     new_from: int = 0  # where the request's own items start in `items` (after any history)
-    route: object | None = None  # the model and affinity it is routed by (upstream/registry.py)
+    route: object | None = None  # the model and affinity it is routed by (turns/registry.py)
     kind: BackendKind = CHAT  # the backend's kind: how a truncated retry is lowered again
     replica: str = ""  # the replica that answered (genai_spans.replica_name), for logs and metrics
 
@@ -93,7 +95,7 @@ def prepare(
     client: str = "",
 ) -> Turn:
     """Validate and lower one request. `history` is the continued response's input+output;
-    `client` who asks (streamer.identity): its sealed items open only for it."""
+    `client` who asks (streamer.core.identity): its sealed items open only for it."""
     validate_request(request, model_required=options.lowering.model is None)
     # null means "not given" in OpenAI's API: the Response echoes the default, never null
     request = {k: v for k, v in request.items() if v is not None}

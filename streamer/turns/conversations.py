@@ -21,8 +21,8 @@ from streamer.core.errors import RequestError, invalid, store_unavailable
 from streamer.core.input_items import normalize_input
 from streamer.core.request_checks import check_metadata as check_metadata_bounds
 from streamer.core.response import new_id
-from streamer.records import public_input_item
 from streamer.store import ResponseStore, StoredResponse, StoreUnavailable, with_item_ids
+from streamer.turns.records import public_input_item
 
 log = logging.getLogger("streamer.conversations")
 

@@ -11,11 +11,11 @@ from __future__ import annotations
 
 from typing import Any, Protocol
 
-from streamer.models_config import ModelsConfig, single
-from streamer.options import ModelOptions
-from streamer.turn import Turn
-from streamer.upstream.batch import Upstream
-from streamer.upstream.router import Plan, Router, TurnRoute
+from streamer.core.batch import Upstream
+from streamer.core.models_config import ModelsConfig, single
+from streamer.turns.options import ModelOptions
+from streamer.turns.router import Plan, Router, TurnRoute
+from streamer.turns.turn import Turn
 
 
 class Backend(Upstream, Protocol):

@@ -14,11 +14,11 @@ from typing import Any
 from streamer import logs, tracing
 from streamer.core.errors import RequestError
 from streamer.core.events import Event
-from streamer.genai_spans import TurnTrace
 from streamer.metrics import Metrics
-from streamer.quiet_trim import QuietTrim
-from streamer.recorder import ExchangeRecorder, TapDirectory
-from streamer.turn import Turn
+from streamer.turns.genai_spans import TurnTrace
+from streamer.turns.quiet_trim import QuietTrim
+from streamer.turns.recorder import ExchangeRecorder, TapDirectory
+from streamer.turns.turn import Turn
 
 
 class Observation:

@@ -4,7 +4,7 @@
 streamer and gives batches of encoded events; `TurnClock` is the turn's deadline.
 `Gateway.run` drives them for every transport into a `Sink` (what a transport gives it)
 and is where the turn ends; `stream_events` is the same as an async generator (the tap's
-replay, tests). The turn itself (`prepare`, `Turn`) is plain values: streamer/turn.py.
+replay, tests). The turn itself (`prepare`, `Turn`) is plain values: streamer/turns/turn.py.
 
 The runner acts on what the turn owns: the output limits its streamer counts and its
 deadline (`TurnClock`), ending the turn and cutting the backend at once.
@@ -17,11 +17,11 @@ import logging
 from collections.abc import AsyncGenerator, Awaitable, Callable
 from typing import Any, Protocol
 
+from streamer.core.batch import Batch, Upstream, UpstreamStream
 from streamer.core.errors import RequestError
 from streamer.core.events import Event
 from streamer.core.truncation import CONTEXT_OVERFLOW, keep_share, truncate
-from streamer.turn import Turn
-from streamer.upstream.batch import Batch, Upstream, UpstreamStream
+from streamer.turns.turn import Turn
 from streamer.upstream.first_call import first_calls
 
 log = logging.getLogger("streamer.turn_runner")

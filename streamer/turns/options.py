@@ -1,7 +1,7 @@
 """Settings -> options, once: the gateway's turn options and each model's.
 
 A model is the single-backend flags (`--upstream`, `--upstream-api`, `--backend-profile`,
-`--model`: a config of one catch-all model, streamer/models_config.py `single`) or a
+`--model`: a config of one catch-all model, streamer/core/models_config.py `single`) or a
 `--config` entry; either way `model_options` gives its options from the same settings by
 the same steps: its kind (`api`), its backend profile (`profile`, else `--backend-profile`,
 with every profile setting's flag laid over it: `backend_profile`, the one place a profile
@@ -21,11 +21,11 @@ from typing import Any
 
 from streamer.config import PROFILE_SETTINGS, SETTINGS, Setting, Settings
 from streamer.core.model_catalog import output_limits
+from streamer.core.model_metadata import load_model_catalog
+from streamer.core.models_config import TOOL_NAME_STYLES, ModelSpec
+from streamer.core.sealing import EPHEMERAL_KEY, Sealer, load_sealer
 from streamer.core.tools import NamingConfig
-from streamer.model_metadata import load_model_catalog
-from streamer.models_config import TOOL_NAME_STYLES, ModelSpec
-from streamer.sealing import EPHEMERAL_KEY, Sealer, load_sealer
-from streamer.turn import TurnOptions
+from streamer.turns.turn import TurnOptions
 from streamer.upstream.chat.profiles import PROFILES, BackendProfile, lowering_options, resolve
 from streamer.upstream.kind import BackendKind
 from streamer.upstream.kinds import kind_named

@@ -3,17 +3,13 @@
 With several client keys, backend connections are pooled per client (a backend that
 desynchronises a connection can then only answer a client with its own words) and a stored
 response belongs to the client that created it. "" is the anonymous client of a gateway that
-takes no keys.
+takes no keys. Pure: the request key that carries it is `frontends/api_keys.CLIENT`.
 """
 
 from __future__ import annotations
 
 import hashlib
 from collections.abc import Mapping
-
-from aiohttp import web
-
-CLIENT = web.RequestKey("client", str)  # set by the auth middleware
 
 
 def client_identity(secret: str) -> str:

@@ -25,12 +25,12 @@ from typing import TYPE_CHECKING, Any
 
 from streamer import tracing
 from streamer.core import routing
+from streamer.core.batch import UpstreamStream
 from streamer.core.errors import RequestError
-from streamer.genai_spans import backend_attributes, replica_name
-from streamer.models_config import ModelsConfig, ModelSpec
-from streamer.options import ModelOptions
-from streamer.turn import Turn
-from streamer.upstream.batch import UpstreamStream
+from streamer.core.models_config import ModelsConfig, ModelSpec
+from streamer.turns.genai_spans import backend_attributes, replica_name
+from streamer.turns.options import ModelOptions
+from streamer.turns.turn import Turn
 
 if TYPE_CHECKING:
     from streamer.metrics import Metrics

@@ -5,7 +5,7 @@ compaction v2) and `POST /v1/responses/compact` are one turn like any other: the
 is lowered as usual, the tools are left out, and a handover prompt is appended as the
 last user message. The backend's text becomes the summary; `Compactor` keeps it out of
 the output and, at the end of the answer, hands the `OutputItemStreamer` exactly one
-`compaction` item whose `encrypted_content` seals the summary (streamer/sealing.py). Usage
+`compaction` item whose `encrypted_content` seals the summary (streamer/core/sealing.py). Usage
 is the backend's, as for any turn.
 
 On replay (`restore`), a `compaction` item becomes a user message with its summary, a
@@ -22,13 +22,13 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any
 
 from streamer.core.backend_tools import BACKEND_BLOB
+from streamer.core.batch import Batch
 from streamer.core.deltas import Delta, Finish, TextDelta, UpstreamError, Usage, WholeItem
 from streamer.core.errors import RequestError, invalid
 from streamer.core.lowering import LoweringOptions, lower, normalize_input
 from streamer.core.response import new_id
+from streamer.core.sealing import Sealer
 from streamer.core.tools import ResponsesToolNames
-from streamer.sealing import Sealer
-from streamer.upstream.batch import Batch
 
 TRIGGER = "compaction_trigger"
 COMPACTION_TYPES = ("compaction", "compaction_summary")  # the older name, still read by Codex

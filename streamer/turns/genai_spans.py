@@ -17,7 +17,7 @@ from streamer import tracing
 if TYPE_CHECKING:
     from opentelemetry.trace import Span
 
-    from streamer.turn import Turn
+    from streamer.turns.turn import Turn
 
 OPERATION = "chat"  # a Responses turn is a chat completion in the conventions' words
 PROVIDERS = {"chat": "openai", "responses": "openai", "anthropic": "anthropic"}

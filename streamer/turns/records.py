@@ -8,12 +8,12 @@ import orjson
 
 from streamer.core.events import TERMINAL_EVENT_TYPES, Event
 from streamer.store import StoredResponse
-from streamer.turn import Turn
+from streamer.turns.turn import Turn
 
 
 def stored(turn: Turn) -> StoredResponse:
     """What the store keeps of a turn: the public response, the input as listed, who asked
-    (the owner), and the affinity key it was routed by (streamer/upstream/registry.py)."""
+    (the owner), and the affinity key it was routed by (streamer/turns/registry.py)."""
     return StoredResponse(
         turn.response,
         [public_input_item(item) for item in turn.items],

@@ -3,7 +3,7 @@
 It turns a client's body into a prepared `Turn` (continuing a stored response when the
 body names `previous_response_id`), runs it into a transport's `Sink` (observed, stored
 at its end) and starts background turns. `run` is the one place a turn ends, however it
-ends; every turn it runs is in the one in-flight registry (`in_flight`, streamer/in_flight.py),
+ends; every turn it runs is in the one in-flight registry (`in_flight`, streamer/turns/in_flight.py),
 which the shutdown drains once. It knows no HTTP: the frontends (SSE, JSON, WebSocket,
 background) are transports over `run`, moving its events.
 """
@@ -12,10 +12,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from typing import Any, Protocol
 
-from streamer import conversations
 from streamer.config import Settings
 from streamer.core import item_references
 from streamer.core.errors import (
@@ -26,22 +25,32 @@ from streamer.core.errors import (
     store_unavailable,
 )
 from streamer.core.events import Event
-from streamer.identity import request_client
-from streamer.in_flight import InFlight, Stop
+from streamer.core.identity import request_client
 from streamer.metrics import Metrics
-from streamer.observe import Observation, open_recording
-from streamer.options import turn_options
-from streamer.quiet_trim import QuietTrim, malloc_trim
-from streamer.recorder import TapDirectory
-from streamer.records import stored, unstored
 from streamer.store import ResponseStore, StoredResponse, StoreUnavailable
 from streamer.store.health import StoreHealth
-from streamer.turn import Turn, TurnOptions, prepare, warmup
-from streamer.turn_runner import BROKEN, Sink, TurnEvents
-from streamer.upstream.registry import UpstreamRegistry
+from streamer.turns import conversations
+from streamer.turns.in_flight import InFlight, Stop
+from streamer.turns.observe import Observation, open_recording
+from streamer.turns.options import turn_options
+from streamer.turns.quiet_trim import QuietTrim, malloc_trim
+from streamer.turns.recorder import TapDirectory
+from streamer.turns.records import stored, unstored
+from streamer.turns.registry import UpstreamRegistry
+from streamer.turns.turn import Turn, TurnOptions, prepare, warmup
+from streamer.turns.turn_runner import BROKEN, Sink, TurnEvents
 
-if TYPE_CHECKING:
-    from streamer.frontends.background import Background
+
+class Background(Protocol):
+    """What the gateway needs of its background turns (frontends/background.py's
+    `Background`): start one, run by `run`; cancel one; close them all at shutdown."""
+
+    async def start(
+        self, turn: Turn, run: Callable[[Turn, Sink], Awaitable[None]], in_flight: InFlight
+    ) -> bytes: ...
+    async def cancel(self, response_id: str) -> dict[str, Any] | None: ...
+    async def close(self) -> None: ...
+
 
 log = logging.getLogger("streamer.gateway")
 

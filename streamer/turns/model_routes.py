@@ -1,5 +1,5 @@
 """The models a gateway serves, built from the settings: `--config FILE`, or the single-backend
-flags as a config of one model. Each model's options come from streamer/options.py (its kind,
+flags as a config of one model. Each model's options come from streamer/turns/options.py (its kind,
 profile, lowering, tool name style and backend model); each replica is the shared backend
 client over its kind's wire (redacting).
 """
@@ -12,14 +12,14 @@ from dataclasses import replace
 from typing import Any
 
 from streamer.config import Settings
-from streamer.models_config import ConfigError, ModelsConfig, ModelSpec, load, single
-from streamer.options import ModelOptions, client_options, model_knobs, model_options
-from streamer.turn import TurnOptions
+from streamer.core.models_config import ConfigError, ModelsConfig, ModelSpec, load, single
+from streamer.turns.options import ModelOptions, client_options, model_knobs, model_options
+from streamer.turns.router import Router
+from streamer.turns.turn import TurnOptions
 from streamer.upstream.body_budget import ByteBudget
 from streamer.upstream.chat.profiles import PROFILES
 from streamer.upstream.http1.connection_limit import OpenConnections
 from streamer.upstream.kinds import KINDS
-from streamer.upstream.router import Router
 
 log = logging.getLogger("streamer.routing")
 
@@ -118,9 +118,9 @@ def backend(
 ) -> Any:
     """One replica's client: its model's kind and profile on the wire, scrubbed of every
     key this gateway knows."""
-    from streamer.redact import RedactingUpstream
     from streamer.upstream.backend_client import BackendClient
     from streamer.upstream.http1.proxy import select_proxy
+    from streamer.upstream.redact import RedactingUpstream
 
     # the embedded model is in this process: never through a proxy
     proxied = settings.upstream or settings.config
