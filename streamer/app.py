@@ -16,6 +16,7 @@ from aiohttp import web
 
 from streamer import fd_budget, logs, tracing
 from streamer.config import Settings
+from streamer.core import speed
 from streamer.core.model_metadata import load_model_catalog
 from streamer.frontends.api_keys import ApiKeys
 from streamer.frontends.endpoint import Decorations, Endpoint
@@ -200,6 +201,7 @@ def check_settings(settings: Settings) -> None:
         raise ValueError("--metrics-auth needs client keys (--api-key or --api-key-file)")
     load_model_catalog(settings.model_metadata)  # a wrong file stops the gateway here
     tracing.check()  # OTEL_* asking for traces this gateway cannot send
+    speed.parse_reference(settings.reference)
     from streamer.turns.model_routes import check_config
 
     check_config(settings)  # --config: the file, its line and what is wrong
@@ -227,6 +229,7 @@ def create_app(settings: Settings) -> web.Application:
     from streamer.frontends import conversations, http, input_tokens, retrieval, websocket
 
     check_settings(settings)
+    speed.use_reference(settings.reference)  # this process's hot path, before any stream
     budget = fd_budget.for_settings(settings, open_file_limit())
     if budget.over:
         log.warning("the caps ask for more descriptors than the limit has: %s", budget.describe())

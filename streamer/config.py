@@ -142,6 +142,12 @@ class Settings:
         2 * 1024 * 1024, "Largest total size of the tool definitions in one request."
     )
     max_input_items: int = setting(10_000, "Most input items in one request.")
+    history_cache_bytes: int = setting(
+        64 * 1024 * 1024,
+        "Memory for the lowering of recent long turns (16 items or more), kept so that a "
+        "turn continuing one (previous_response_id, the WebSocket mode, a replayed "
+        "history) lowers only its new items; least recently used dropped first; 0: none.",
+    )
     max_body_bytes: int = setting(
         32 * 1024 * 1024,
         "Largest request body on the wire, compressed or not (413 beyond; a larger "
@@ -205,6 +211,12 @@ class Settings:
         True,
         "Serve plain POST /v1/responses requests on the raw connection, without aiohttp's "
         "request machinery (same answers, less CPU per request); false: aiohttp serves all.",
+    )
+    reference: str = setting(
+        "",
+        "Hot-path stages run on their plain equivalent instead of their speed trick: "
+        "chunked, sse, shapes, runs, output, encode (comma-separated) or all; the same "
+        "answers, more CPU (streamer/core/speed.py).",
     )
     profile_probe: bool = setting(
         True,

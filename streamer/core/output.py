@@ -27,6 +27,7 @@ from typing import Any
 
 import orjson
 
+from streamer.core import speed
 from streamer.core.call_kinds import ARGUMENTS_DELTA, BY_CALL_TYPE, new_call_item
 from streamer.core.deltas import (
     CURRENT,
@@ -95,8 +96,6 @@ _PART_DONE = {False: "response.content_part.done", True: "response.reasoning_sum
 class OutputItemStreamer:
     """Turns one backend turn's deltas into the Responses event stream."""
 
-    per_token_paths = True  # False: every delta through its handler (the reference path)
-
     def __init__(
         self,
         names: ResponsesToolNames,
@@ -108,6 +107,8 @@ class OutputItemStreamer:
         seal_reasoning: Callable[[str, str | None], str] | None = None,
         reasoning_summary: int | None = None,
     ) -> None:
+        # the `output` speed switch (core/speed.py); False: every delta through its handler
+        self.per_token_paths = speed.fast("output")
         limits = limits or OutputLimits()
         # the client asked for `reasoning.encrypted_content`: each reasoning item carries
         # its text sealed (streamer/core/sealing.py), for clients that keep only that
@@ -206,24 +207,10 @@ class OutputItemStreamer:
                     events.append(_event(Event, (template.type, template.encode(piece, seq), seq)))
                     self._seq = seq + 1
                     continue
-            elif fast and cls is TextRun:  # one event per piece still, encoded as a batch
-                hot, text = self._hot, delta.text  # type: ignore[union-attr]
-                if hot is not None and hot.kind == "output_text" and len(text) <= self._left:
-                    self._left -= len(text)
-                    hot.text.write(text)
-                    raw, seq = delta.raw, self._seq  # type: ignore[union-attr]
-                    events += hot.delta.run(raw, seq)
-                    self._seq = seq + len(raw)
-                    continue
-            elif fast and cls is ToolCallRun:
-                live, piece = self._live, delta.arguments  # type: ignore[union-attr]
-                if live is not None and live.index == delta.index and len(piece) <= self._left:  # type: ignore[union-attr]
-                    self._left -= len(piece)
-                    live.args.append(piece)
-                    raw, seq = delta.raw, self._seq  # type: ignore[union-attr]
-                    events += live.delta.run(raw, seq)  # type: ignore[union-attr]
-                    self._seq = seq + len(raw)
-                    continue
+            elif (
+                fast and (cls is TextRun or cls is ToolCallRun) and self._run_rest(delta, 0)  # type: ignore[arg-type]
+            ):
+                continue  # one event per piece still, encoded as a batch
             handlers[cls](self, delta)
             if self.done or self.exceeded:  # a failure ended the turn, or a limit was hit
                 break
@@ -296,44 +283,41 @@ class OutputItemStreamer:
         else:
             self._part(kind, text, logprobs)
 
-    def _on_text_run(self, run: TextRun) -> None:
+    def _on_run(self, run: TextRun | ToolCallRun) -> None:
         """A run its fast path did not take: piece by piece, as the decoder would have sent
-        it, until the first piece has opened the part (the rest is then the fast path's)."""
-        used = 0
+        it, until the first piece has opened the part or made the call live (the rest is
+        then the fast path's)."""
+        handle: Any = self._on_content if run.__class__ is TextRun else self._on_tool_call
         for i, piece in enumerate(run.pieces):
-            hot = self._hot
-            if i and self.per_token_paths and hot is not None and hot.kind == "output_text":
-                rest = run.text[used:]
-                if len(rest) <= self._left:
-                    self._left -= len(rest)
-                    hot.text.write(rest)
-                    raw, seq = run.raw[i:], self._seq
-                    self._events += hot.delta.run(raw, seq)
-                    self._seq = seq + len(raw)
-                    return
-            self._on_content(TextDelta(piece))
+            if i and self.per_token_paths and self._run_rest(run, i):
+                return
+            handle(run.piece(piece))
             if self.done or self.exceeded:
                 return
-            used += len(piece)
 
-    def _on_args_run(self, run: ToolCallRun) -> None:
-        """The same for a call's fragments, until the first has made the call live."""
-        used = 0
-        for i, piece in enumerate(run.pieces):
-            live = self._live
-            if i and self.per_token_paths and live is not None and live.index == run.index:
-                rest = run.arguments[used:]
-                if len(rest) <= self._left:
-                    self._left -= len(rest)
-                    live.args.append(rest)
-                    raw, seq = run.raw[i:], self._seq
-                    self._events += live.delta.run(raw, seq)  # type: ignore[union-attr]
-                    self._seq = seq + len(raw)
-                    return
-            self._on_tool_call(ToolCallDelta(run.index, None, None, piece))
-            if self.done or self.exceeded:
-                return
-            used += len(piece)
+    def _run_rest(self, run: TextRun | ToolCallRun, at: int) -> bool:
+        """A run's pieces from `at` on into the text part or the live call they continue,
+        one event each encoded as a batch; False: they continue neither, or the output
+        limit would be passed (the handlers take them)."""
+        if run.__class__ is TextRun:
+            target: Any = self._hot
+            if target is None or target.kind != "output_text":
+                return False
+            write = target.text.write
+        else:
+            target = self._live
+            if target is None or target.index != run.index:  # type: ignore[union-attr]
+                return False
+            write = target.args.append
+        rest = "".join(run.pieces[at:]) if at else run.joined()
+        if len(rest) > self._left:
+            return False
+        self._left -= len(rest)
+        write(rest)
+        raw, seq = run.raw[at:] if at else run.raw, self._seq
+        self._events += target.delta.run(raw, seq)
+        self._seq = seq + len(raw)
+        return True
 
     def _write(self, part: Part, text: str, logprobs: list[dict[str, Any]] | None) -> None:
         """`text` into `part`, and its delta event (with the tokens' logprobs, if any)."""
@@ -820,8 +804,8 @@ class OutputItemStreamer:
 _S = OutputItemStreamer  # short, for the table
 HANDLERS: dict[type, Callable[[OutputItemStreamer, Any], None]] = {
     TextDelta: _S._on_content,
-    TextRun: _S._on_text_run,
-    ToolCallRun: _S._on_args_run,
+    TextRun: _S._on_run,
+    ToolCallRun: _S._on_run,
     LoggedText: _S._on_content,
     ReasoningDelta: _S._on_content,
     RefusalDelta: _S._on_content,

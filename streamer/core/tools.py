@@ -92,7 +92,9 @@ class ResolvedChoice:
 class ResponsesToolNames:
     """Request-local two-way map between flat names and identities, plus the flat tool list."""
 
-    __slots__ = ("_by_flat", "_by_identity", "_config", "_declared", "_index", "_legal", "tools")
+    __slots__ = (
+        "_by_flat", "_by_identity", "_config", "_declared", "_index", "_legal", "_memo", "tools",
+    )  # fmt: skip
 
     tools: list[FlatTool]
 
@@ -104,6 +106,9 @@ class ResponsesToolNames:
         self._by_identity: dict[ToolIdentity, str] = {}
         self._declared: dict[str, FlatTool] = {}
         self._index: ChoiceIndex | None = None
+        # encode's answers by its arguments as given: a history replays the same few tools
+        # hundreds of times (an answer never changes once given: names are only added)
+        self._memo: dict[tuple[str | None, str, str], str] = {}
         self.tools = []
 
     # -- building -----------------------------------------------------------------------
@@ -175,6 +180,7 @@ class ResponsesToolNames:
         other._config, other._legal, other._index = self._config, self._legal, None
         other._by_flat = dict(self._by_flat)
         other._by_identity = dict(self._by_identity)
+        other._memo = dict(self._memo)
         other._declared = dict(self._declared)
         other.tools = list(self.tools)
         return other
@@ -231,6 +237,15 @@ class ResponsesToolNames:
 
     def encode(self, namespace: str | None, name: str, kind: ToolKind = "function") -> str:
         """The flat name for a replayed call; undeclared identities get one too (registered)."""
+        if name.__class__ is str and (namespace is None or namespace.__class__ is str):
+            key = (namespace, name, kind)
+            flat = self._memo.get(key)
+            if flat is None:
+                flat = self._memo[key] = self._encode(namespace, name, kind)
+            return flat
+        return self._encode(namespace, name, kind)
+
+    def _encode(self, namespace: str | None, name: str, kind: ToolKind) -> str:
         if not isinstance(name, str):
             name = "" if name is None else str(name)
         if namespace is not None and not isinstance(namespace, str):

@@ -34,6 +34,8 @@ from streamer import logs, tracing
 from streamer.core import json_bounds, sse
 from streamer.core.errors import RequestError, invalid, shutting_down, store_unavailable
 from streamer.core.events import Event
+from streamer.core.identity import client_identity
+from streamer.core.replayed_json import MIN_BYTES, ReplayedBodies
 from streamer.core.response import new_id
 from streamer.frontends.api_keys import ApiKeys, credential
 from streamer.frontends.request_body import BodyReader, check_coding, check_media, closing
@@ -49,11 +51,20 @@ log = logging.getLogger("streamer.frontends.endpoint")
 REQUEST_ID = "X-Request-Id"
 
 
-def parse_body(raw: bytes, max_values: int = json_bounds.MAX_VALUES) -> Any:
+def parse_body(
+    raw: bytes,
+    max_values: int = json_bounds.MAX_VALUES,
+    bodies: ReplayedBodies | None = None,
+    authorization: str | None = None,
+) -> Any:
     """A request body as JSON, or the 400 that says why not (not JSON, or JSON beyond the
     bounds of `json_bounds`: too deep, too many values): the one place a request body is
-    parsed, on both servers (`Endpoint.parse`)."""
+    parsed, on both servers (`Endpoint.parse`). `bodies`: a long body that replays a recent
+    one of the same Authorization is parsed past its bytes only (core/replayed_json.py)."""
     try:
+        if bodies is not None and len(raw) >= MIN_BYTES:
+            client = client_identity(authorization) if authorization else ""
+            return bodies.loads(raw, client, max_values)
         return json_bounds.loads(raw, max_values)
     except orjson.JSONDecodeError as exc:
         raise invalid(
@@ -239,9 +250,10 @@ class Endpoint:
         taken = check_coding(coding)
         return BodyReader(taken, self.max_body, self.max_decoded, length)
 
-    def parse(self, raw: bytes) -> Any:
-        """The body as JSON, within `--max-json-values` (`parse_body`)."""
-        return parse_body(raw, self.max_json_values)
+    def parse(self, raw: bytes, authorization: str | None = None) -> Any:
+        """The body as JSON, within `--max-json-values` (`parse_body`; a replay of a recent
+        body of the same `authorization` parsed past it: `Gateway.bodies`)."""
+        return parse_body(raw, self.max_json_values, self.gateway.bodies, authorization)
 
     async def prepare(self, body: Any, who: str | None, authorization: str | None) -> Turn:
         """Validate and lower a request for the client it acts for."""

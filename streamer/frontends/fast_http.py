@@ -292,7 +292,7 @@ class FastProtocol(asyncio.Protocol):
         request = self.conn.request
         assert request is not None
         try:
-            body = self.route.endpoint.parse(request.body)
+            body = self.route.endpoint.parse(request.body, request.headers.get("authorization"))
         except RequestError as exc:
             body = exc.with_traceback(None)  # its frames would hold the body until answered
         if type(body) is dict and body.get("background"):  # aiohttp's: its snapshot, its follow

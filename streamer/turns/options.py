@@ -25,6 +25,7 @@ from streamer.core.model_metadata import load_model_catalog
 from streamer.core.models_config import TOOL_NAME_STYLES, ModelSpec
 from streamer.core.sealing import EPHEMERAL_KEY, Sealer, load_sealer
 from streamer.core.tools import NamingConfig
+from streamer.turns.history_reuse import HistoryCache
 from streamer.turns.turn import TurnOptions
 from streamer.upstream.chat.profiles import PROFILES, BackendProfile, lowering_options, resolve
 from streamer.upstream.kind import BackendKind
@@ -60,6 +61,8 @@ def turn_options(settings: Settings) -> TurnOptions:
     cannot work."""
     if settings.tool_name_style not in TOOL_NAME_STYLES:
         raise ValueError(f"unknown tool name style {settings.tool_name_style!r}")
+    if settings.history_cache_bytes < 0:
+        raise ValueError("--history-cache-bytes must be 0 (none) or more")
     for flag, value in (
         ("--max-output-bytes", settings.max_output_bytes),
         ("--max-output-items", settings.max_output_items),
@@ -80,6 +83,9 @@ def turn_options(settings: Settings) -> TurnOptions:
         max_output_items=settings.max_output_items,
         max_turn_seconds=settings.max_turn_seconds,
         sealer=state_sealer(settings.state_key_file, settings.shared_state_key),
+        history=HistoryCache(settings.history_cache_bytes)
+        if settings.history_cache_bytes
+        else None,
     )
     flags = ModelSpec(None, (), api=settings.upstream_api, backend_model=settings.model)
     return model_options(settings, flags, base).turn

@@ -23,12 +23,9 @@ from streamer.core.compaction import (
     is_compaction,
     last_user_request,
 )
-from streamer.core.compaction import restore as restore_sealed
 from streamer.core.deltas import Usage
-from streamer.core.errors import invalid
 from streamer.core.events import Event
-from streamer.core.lowering import LoweringOptions, normalize_input
-from streamer.core.media_parts import check_media
+from streamer.core.lowering import LoweringOptions
 from streamer.core.output import OutputItemStreamer
 from streamer.core.output_items import OutputLimits
 from streamer.core.request_checks import validate_request
@@ -36,6 +33,8 @@ from streamer.core.request_fields import echo_applied
 from streamer.core.response import new_response
 from streamer.core.sealing import REASONING_INCLUDE, Sealer
 from streamer.core.tools import NamingConfig, ResponsesToolNames
+from streamer.turns import history_reuse
+from streamer.turns.history_reuse import HistoryCache
 from streamer.turns.recorder import ExchangeRecorder
 from streamer.upstream.chat.kind import CHAT
 from streamer.upstream.kind import BackendKind
@@ -53,6 +52,8 @@ class TurnOptions:
     max_turn_seconds: float = 3600.0
     sealer: Sealer = field(default_factory=Sealer.random)  # encrypted_content (--state-key-file)
     kind: BackendKind = CHAT  # what the backend speaks (--upstream-api): its lowering
+    # the turns kept for the turns that continue them (--history-cache-bytes); None: none
+    history: HistoryCache | None = field(default=None, compare=False)
 
 
 @dataclass(slots=True)
@@ -80,6 +81,9 @@ class Turn:
     route: object | None = None  # the model and affinity it is routed by (turns/registry.py)
     kind: BackendKind = CHAT  # the backend's kind: how a truncated retry is lowered again
     replica: str = ""  # the replica that answered (genai_spans.replica_name), for logs and metrics
+    # (previous response, n): `items[:n]` are its stored input as the store holds it (taken
+    # from the kept turn, not read back): the record extends that one (records.py)
+    stored_base: tuple[str, int] | None = None
 
     @property
     def response(self) -> dict[str, Any]:
@@ -95,27 +99,27 @@ def prepare(
     client: str = "",
 ) -> Turn:
     """Validate and lower one request. `history` is the continued response's input+output;
-    `client` who asks (streamer.core.identity): its sealed items open only for it."""
+    `client`: who asks (streamer.core.identity): its sealed items open only for it, and a
+    conversation's kept lowering is its alone."""
     validate_request(request, model_required=options.lowering.model is None)
     # null means "not given" in OpenAI's API: the Response echoes the default, never null
     request = {k: v for k, v in request.items() if v is not None}
-    new_items = normalize_input(request.get("input", []))
-    check_media(new_items, file_parts=options.lowering.file_parts)
-    items = [*history, *new_items] if history else new_items
-    if len(items) > options.max_input_items:
-        raise invalid(
-            f"Too many input items: {len(items)} (at most {options.max_input_items}).", "input"
-        )
-    view = restore_sealed(items, options.sealer, offset=len(history), owner=client)  # or a 400
-    names = ResponsesToolNames.convert(request.get("tools"), view, config=options.naming)
+    # validated and opened (a 400 for a sealed item that does not open), only past what an
+    # earlier turn of the conversation did already (streamer/turns/history_reuse.py)
+    got = history_reuse.inputs(request, options, history, client)
+    new_items, items, view, names = got.new_items, got.items, got.view, got.names
+    if names is None:
+        names = ResponsesToolNames.convert(request.get("tools"), view, config=options.naming)
     compactor = None
     if is_compaction(new_items):
         backend_request = options.kind.compaction(request, view, names, options.lowering)
         last = last_user_request(items)
         compactor = Compactor(options.sealer, last, options.max_output_bytes, client)
     else:
-        backend_request = options.kind.lower(request, view, names, options.lowering)
+        backend_request = history_reuse.lower(request, got, names, options)
     response = new_response(request, response_id=response_id)
+    if compactor is None:
+        history_reuse.keep(got, backend_request, names, response["id"], options)
     echo_applied(response, backend_request)
     limits = OutputLimits(options.max_output_bytes, options.max_output_items)
     prompt = {k: backend_request[k] for k in options.kind.prompt_keys if k in backend_request}
