@@ -11,7 +11,7 @@ PORT ?= 8080
 $(STAMP): pyproject.toml requirements.lock
 	$(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
-	$(BIN)/pip install -q -c requirements.lock -e '.[test]'
+	$(BIN)/pip install -q -c requirements.lock -e '.[test,otel]'
 	touch $(STAMP)
 
 install: $(STAMP)

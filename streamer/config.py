@@ -419,6 +419,12 @@ class Settings:
         "a 400 (repeatable).",
     )
     log_level: str = setting("warning", "debug, info, warning or error.")
+    access_log: bool = setting(
+        True,
+        "One access line per request (and per WebSocket or background turn), whatever "
+        "--log-level: request and response ids, model, replica, status, tokens, times; "
+        "off: none.",
+    )
     extra: dict[str, Any] = field(default_factory=dict)
     # the state key a `--workers` supervisor made for its workers (no --state-key-file)
     shared_state_key: bytes | None = field(default=None, repr=False, compare=False)

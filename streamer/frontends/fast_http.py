@@ -155,7 +155,7 @@ class FastRoute:
         self.stats["fast_http_requests"] += 1
         offered = request.headers.get("x-request-id")
         try:
-            with self.endpoint.observe("POST", PATH, PATH, offered) as seen:
+            with self.endpoint.observe("POST", PATH, PATH, offered, request.headers) as seen:
                 seen.status = await self._answer(conn, request, body, seen.rid)
         except ConnectionResetError:  # gone before its answer began: nobody to tell
             conn.close()

@@ -118,6 +118,7 @@ class Gateway:
         self.conversations = conversations.Conversations(store, settings.max_input_items)
         self.stats: dict[str, int] = {"http_turns": 0, "ws_connections": 0, "ws_turns": 0}
         self.metrics = Metrics()
+        self.metrics.per_client = bool(settings.client_keys())  # a bounded set of clients
         self.tap = TapDirectory(settings.tap_dir) if settings.tap_dir else None
         self.mcp = McpClients(mcp_settings(settings))  # remote MCP servers' tool lists
         self.quiet = QuietTrim(

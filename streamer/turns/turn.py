@@ -92,6 +92,7 @@ class Turn:
     kind: BackendKind = CHAT  # the backend's kind: how a truncated retry is lowered again
     mcp: McpTurn | None = None  # its remote MCP servers' loop (core/mcp_loop.py)
     mcp_clients: object | None = None  # who runs it (streamer/mcp/client.py), set by the gateway
+    replica: str = ""  # the replica that answered (genai_spans.replica_name), for logs and metrics
     # (previous response, n): `items[:n]` are its stored input as the store holds it (taken
     # from the kept turn, not read back): the record extends that one (records.py)
     stored_base: tuple[str, int] | None = None
