@@ -4,7 +4,8 @@
 HTTP+SSE at `/sse` with `--sse`) on a free loopback port and prints `MCP READY <port>` once
 it listens. Its tools: `lookup` (text, read-only), `spell` (the same, its argument short), `weather` (structured content), `broken`
 (a tool error), `stuck` (never answers), `count` (how many calls this process ran).
-With `--token`, every request without `Authorization: Bearer T` is a 401.
+With `--token`, every request without `Authorization: Bearer T` is a 401; with `--trace-id`,
+every request without a `traceparent` of that trace.
 """
 
 from __future__ import annotations
@@ -80,14 +81,34 @@ class RequireToken:
         await self.app(scope, receive, send)
 
 
+class RequireTrace:
+    """Every request must carry a W3C `traceparent` of this trace (the gateway's span)."""
+
+    def __init__(self, app: ASGIApp, trace_id: str) -> None:
+        self.app, self.trace_id = app, trace_id.encode()
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        parent = (
+            dict(scope["headers"]).get(b"traceparent", b"") if scope["type"] == "http" else None
+        )
+        if parent is not None and parent.split(b"-")[1:2] != [self.trace_id]:
+            await send({"type": "http.response.start", "status": 401, "headers": []})
+            await send({"type": "http.response.body", "body": b"no traceparent of the trace"})
+            return
+        await self.app(scope, receive, send)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--token")
     parser.add_argument("--sse", action="store_true")
+    parser.add_argument("--trace-id")
     args = parser.parse_args()
     app: ASGIApp = server.sse_app() if args.sse else server.streamable_http_app()
     if args.token:
         app = RequireToken(app, args.token)
+    if args.trace_id:
+        app = RequireTrace(app, args.trace_id)
     sock = socket.socket()
     sock.bind(("127.0.0.1", 0))
     port = sock.getsockname()[1]

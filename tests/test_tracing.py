@@ -291,3 +291,30 @@ async def test_a_websockets_turns_continue_the_trace_of_its_upgrade(
         assert dict(turn.attributes or {})["streamer.transport"] == "websocket"
         assert hex_id(turn.context.trace_id, 32) == TRACE_ID
         assert turn.parent is not None and hex_id(turn.parent.span_id, 16) == CLIENT_SPAN
+
+
+async def test_an_mcp_turns_list_and_call_are_spans_and_the_server_gets_their_traceparent(
+    spans: InMemorySpanExporter,
+) -> None:
+    from test_mcp import mcp_server, mcp_tool
+
+    from streamer.core.mcp_servers import servers
+    from streamer.mcp.client import McpClients, McpSettings
+    from streamer.mcp.guard import HostRule
+
+    clients = McpClients(McpSettings(HostRule.parse(["127.0.0.1"])))
+    with mcp_server("--trace-id", TRACE_ID) as url:
+        (server,) = servers([mcp_tool(url)])
+        token = tracing.continue_trace({"traceparent": TRACEPARENT})
+        try:
+            listed = await clients.list_tools(server)
+            output, error = await clients.call_tool(server, "lookup", {"term": "word"})
+        finally:
+            tracing.restore(token)
+    assert listed and error is None and output
+    (listing,) = named(spans, "mcp list_tools")
+    (call,) = named(spans, "execute_tool")
+    for span in (listing, call):  # each a child of the trace the server was sent
+        assert hex_id(span.context.trace_id, 32) == TRACE_ID
+        assert span.parent is not None and hex_id(span.parent.span_id, 16) == CLIENT_SPAN
+    assert dict(call.attributes or {})["streamer.mcp.server_label"] == server.label

@@ -25,6 +25,7 @@ import httpcore2
 import httpx2
 import orjson
 
+from streamer import tracing
 from streamer.core.mcp_items import ListedTool, http_error, listed_tool, outcome, protocol_error
 from streamer.core.mcp_servers import McpServer
 from streamer.mcp.guard import Blocked, GuardedBackend, HostRule
@@ -80,8 +81,9 @@ class McpClients:
             self._cache.move_to_end(key)
             return entry.tools
         try:
-            async with asyncio.timeout(self.settings.timeout), self._session(server) as session:
-                result = await session.list_tools()
+            with tracing.span("mcp list_tools", {"streamer.mcp.server_label": server.label}):
+                async with asyncio.timeout(self.settings.timeout), self._session(server) as s:
+                    result = await s.list_tools()
         except Exception as exc:
             raise McpUnavailable(self._why(exc)) from None
         raw = result.model_dump(mode="json", by_alias=True, exclude_none=True).get("tools", [])
@@ -109,8 +111,9 @@ class McpClients:
         from mcp.shared.exceptions import MCPError
 
         try:
-            async with asyncio.timeout(self.settings.timeout), self._session(server) as session:
-                result = await session.call_tool(name, arguments)
+            with tracing.tool_call(server.label, name):
+                async with asyncio.timeout(self.settings.timeout), self._session(server) as s:
+                    result = await s.call_tool(name, arguments)
         except MCPError as exc:
             return None, protocol_error(exc.error.code, exc.error.message[:1000])
         except Exception as exc:
@@ -129,7 +132,8 @@ class McpClients:
         from mcp.client.sse import sse_client
         from mcp.client.streamable_http import streamable_http_client
 
-        headers = dict(server.headers)
+        # the operation's span (tracing.tool_call) continues at the server
+        headers = {**tracing.outgoing_headers(), **dict(server.headers)}
         timeout = httpx2.Timeout(self.settings.timeout)
         event_size = max(self.settings.max_list_bytes, self.settings.max_output_bytes) * 2
         if urlsplit(server.url).path.rstrip("/").endswith("/sse"):
