@@ -6,12 +6,12 @@ STAMP := $(VENV)/.installed
 HOST ?= 127.0.0.1
 PORT ?= 8080
 
-.PHONY: lock run test test-backends compliance llamacpp lint format install codex aisdk agentsjs redis haproxy bench bench-quick soak fuzz clean
+.PHONY: lock run test test-backends compliance llamacpp lint format install codex aisdk agentsjs redis haproxy bench bench-quick bench-history soak fuzz clean
 
 $(STAMP): pyproject.toml requirements.lock
 	$(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
-	$(BIN)/pip install -q -c requirements.lock -e '.[test]'
+	$(BIN)/pip install -q -c requirements.lock -e '.[test,otel]'
 	touch $(STAMP)
 
 install: $(STAMP)
@@ -69,6 +69,12 @@ bench: $(STAMP)
 bench-quick: $(STAMP)
 	bash scripts/install-peers.sh
 	$(BIN)/python bench/run.py --quick $(BENCH_ARGS)
+
+## CPU per turn against the conversation's length (issue 31), with the peers, in one run;
+## prints the ratios to the targets (bench/README.md, docs/benchmarks.md).
+bench-history: $(STAMP)
+	bash scripts/install-peers.sh
+	$(BIN)/python bench/bench_history.py $(BENCH_ARGS)
 
 ## Long variants of the fault/load tests and of the property-based fuzzing.
 soak: $(STAMP)

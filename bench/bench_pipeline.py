@@ -8,8 +8,9 @@ streamer's `feed` and `sse.encode_many`, then `finish`. CPU time (the thread's) 
 per request and per event, the median over the repeats; `total` is the median of the sums,
 so it also carries the garbage collector's pauses, which land in one stage or another.
 
-`--plain` is the reference paths (runs off in the decoder, the per-delta paths in the
-streamer: what BASE ran); by default both are timed, interleaved, in the same run.
+`--plain` is every speed switch off (`--reference all`, streamer/core/speed.py: the plain
+equivalent of each stage's trick); by default both are timed, interleaved, in the same run,
+and `fast/plain` is their ratio: what the tricks buy, per event.
 
     python bench/bench_pipeline.py [--n 1 200 2000] [--m 50] [--repeat 300] [--plain|--fast]
 """
@@ -28,7 +29,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import load_backend
 import load_client
 
-from streamer.core import sse
+from streamer.core import speed, sse
 from streamer.turns.turn import TurnOptions, prepare
 from streamer.upstream.chat.stream import ChatDecoder, EndCause
 from streamer.upstream.http1.wire import ChunkedDecoder
@@ -94,10 +95,7 @@ def one(reads: list[bytes], options: TurnOptions) -> tuple[list[int], int]:
 
 
 def set_fast(fast: bool) -> None:
-    from streamer.core.output import OutputItemStreamer
-
-    ChatDecoder.runs = fast
-    OutputItemStreamer.per_token_paths = True  # the per-token paths are BASE's too
+    speed.use_reference("" if fast else "all")
 
 
 def measure(n: int, m: int, size: int, repeat: int, modes: list[bool]) -> dict[bool, Any]:

@@ -45,6 +45,8 @@ from httpwire import (
 )
 
 CREATED = 1_700_000_000
+CALL_ID = b"call_bench0"  # the call's id in every answer (11 bytes: see --unique-calls)
+UNIQUE_IDS = ((b"resp_bench", b"resp_%05d"), (b"msg_bench", b"msg_%05d"), (b"fc_bench", b"fc_%05d"))
 TEXT_MARK = "tok"  # every text delta starts with it; the load client looks for it in the relay
 STREAM_HEAD = (
     b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nCache-Control: no-cache\r\n"
@@ -122,9 +124,11 @@ def first_tool_name(body: dict[str, Any]) -> str:
 class Backend:
     """Shared state: the current N and M and the cache of encoded responses."""
 
-    def __init__(self, n: int = 200, m: int = 50) -> None:
+    def __init__(self, n: int = 200, m: int = 50, unique_calls: bool = False) -> None:
         self.n = n
         self.m = m
+        self.unique_calls = unique_calls  # each answer's call its own id (bench_history.py)
+        self.answers = 0
         self.requests = 0
         self.responses_requests = 0
         self.last: dict[str, Any] = {}  # what the last model request asked for (GET /last)
@@ -157,6 +161,16 @@ class Backend:
         return cached
 
     def respond(self, req: Request) -> bytes:
+        out = self._respond(req)
+        if self.unique_calls and CALL_ID in out:  # the same lengths: the framing holds
+            self.answers += 1
+            n = self.answers % 100_000
+            out = out.replace(CALL_ID, b"call_%06d" % n)
+            for old, new in UNIQUE_IDS:  # the items of a Responses stream (stores key them)
+                out = out.replace(old, new % n)
+        return out
+
+    def _respond(self, req: Request) -> bytes:
         path = req.path.split(b"?", 1)[0]
         if req.method == b"POST" and path.endswith(b"/chat/completions"):
             self.requests += 1
@@ -225,7 +239,7 @@ async def start(backend: Backend, host: str = "127.0.0.1", port: int = 0) -> asy
 
 
 async def _main(args: argparse.Namespace) -> None:
-    server = await start(Backend(args.n, args.m), args.host, args.port)
+    server = await start(Backend(args.n, args.m, args.unique_calls), args.host, args.port)
     port = server.sockets[0].getsockname()[1]
     print(f"listening {port}", flush=True)
     async with server:
@@ -238,6 +252,9 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--port", type=int, default=8900)
     p.add_argument("--n", type=int, default=200, help="text deltas per response")
     p.add_argument("--m", type=int, default=50, help="argument fragments of the tool call")
+    p.add_argument(
+        "--unique-calls", action="store_true", help="each answer's call an id of its own"
+    )
     args = p.parse_args(argv)
     install_uvloop()
     try:

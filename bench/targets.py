@@ -142,8 +142,11 @@ def stop(proc: subprocess.Popen[bytes] | None, grace: float = 5.0) -> None:
         proc.wait(grace)
 
 
-def start_backend(n: int, m: int, cpus: set[int] | None, logs: Path) -> Target:
+def start_backend(
+    n: int, m: int, cpus: set[int] | None, logs: Path, extra: tuple[str, ...] = ()
+) -> Target:
     cmd = [sys.executable, "load_backend.py", "--port", "0", "--n", str(n), "--m", str(m)]
+    cmd += extra
     proc = spawn(cmd, cpus, logs / "backend.log")
     port = read_port(proc, 15)
     url = f"http://127.0.0.1:{port}"

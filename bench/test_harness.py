@@ -9,7 +9,9 @@ from __future__ import annotations
 import asyncio
 import os
 import random
+import socket
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -19,7 +21,9 @@ from aiohttp import web
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+import bench_history
 import breakdown
+import history_workload
 import load_backend
 import load_messages
 import load_responses
@@ -399,6 +403,53 @@ def test_ratios_are_to_the_relay_of_the_same_upstream_api() -> None:
     del cells[1]["relay"]  # cells of older runs have no relay: the Chat one
     report.add_ratios(cells)
     assert [c["median"]["ratio"] for c in cells] == [1.0, 0.25, 1.0, 0.25]
+
+
+def test_history_ratios_are_same_run_and_less_the_send_floors_growth() -> None:
+    def cell(ms: float) -> dict:
+        return {"median": ms}
+
+    cells = {
+        "streamer|full|10": cell(1.0), "streamer|full|2000": cell(4.0),
+        "codex-relay|full|2000": cell(40.0),
+        "streamer|ws|10": cell(1.0), "streamer|ws|2000": cell(2.5),
+        "streamer|prev|10": cell(2.0), "streamer|prev|2000": cell(3.0),
+    }  # fmt: skip
+    got = bench_history.ratios(cells, {10: 0.1, 2000: 2.0}, {10: 0.1, 2000: 0.7}, [10, 2000])
+    values = {r["target"]: (round(r["value"], 3), r["ok"]) for r in got}
+    assert values == {
+        "HTTP full replay, K=2000: CPU / orjson floor": (2.0, True),
+        "HTTP full replay, K=2000: CPU / codex-relay's": (0.1, True),
+        "WebSocket, previous_response_id: CPU per turn at K=2000 / at K=10": (2.5, False),
+        "WebSocket, previous_response_id: CPU per turn at K=2000 / at K=10, less the send "
+        "floor's growth": (1.9, True),
+        "HTTP, previous_response_id: CPU per turn at K=2000 / at K=10": (1.5, True),
+        "HTTP, previous_response_id: CPU per turn at K=2000 / at K=10, less the send "
+        "floor's growth": (1.2, True),
+    }
+    missing = bench_history.ratios({}, {}, {}, [10, 2000])
+    assert [r["value"] for r in missing] == [None] * 6
+    assert not any(r["ok"] for r in missing)
+
+
+def test_the_history_client_sends_every_byte_of_a_body_its_socket_takes_in_parts() -> None:
+    a, b = socket.socketpair()
+    with a, b:
+        a.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4096)
+        a.settimeout(5)  # a socket with a timeout: a vectored write may take part only
+        body = bytes(range(256)) * 4096  # 1 MiB
+        head = b"HEAD\r\n"
+        got = bytearray()
+
+        def read() -> None:
+            while len(got) < len(head) + len(body):
+                got.extend(b.recv(65536))
+
+        reader = threading.Thread(target=read)
+        reader.start()
+        history_workload._send_all(a, [memoryview(head), memoryview(body)])
+        reader.join(10)
+    assert bytes(got) == head + body
 
 
 def _fake_streamer(tmp: Path, help_text: str) -> Path:

@@ -10,12 +10,13 @@ import os
 import resource
 import signal
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 
-from streamer import fd_budget, logs
+from streamer import fd_budget, logs, tracing
 from streamer.config import NO_RELOAD, Settings
+from streamer.core import speed
 from streamer.core.model_metadata import load_model_catalog
 from streamer.frontends.api_keys import ApiKeys
 from streamer.frontends.endpoint import Decorations, Endpoint
@@ -104,8 +105,11 @@ async def _start(app: web.Application) -> None:
     gateway = Gateway(settings, upstreams, store, background, options=options)
     if not answered:
         gateway.store_health.wrote(False)
-    app[MODEL_CATALOG] = load_model_catalog(settings.model_metadata)
-    observe_store(store, gateway.metrics.store_operations, gateway.metrics.store_incomplete)
+    catalog = app[MODEL_CATALOG] = load_model_catalog(settings.model_metadata)
+    gateway.metrics.know_models(_model_labels(config, catalog))
+    router.metrics = gateway.metrics
+    metrics = gateway.metrics
+    observe_store(store, metrics.store_operations, metrics.store_incomplete, tracing.span)
     app[GATEWAY] = gateway
     app[LEASES] = background.leases
     router.start()
@@ -119,6 +123,11 @@ async def _start(app: web.Application) -> None:
 
         app[PROFILE_PROBE] = ProfileProbe(upstreams.chat(), settings.backend_profile)
     _open_endpoint(app, gateway)
+
+
+def _model_labels(config: Any, catalog: Any) -> list[str]:
+    """The models metrics name (any other is `other`): the config's and the catalog's."""
+    return [*(spec.label for spec in config.models), *catalog.models]
 
 
 def _open_endpoint(app: web.Application, gateway: Gateway) -> None:
@@ -147,6 +156,8 @@ def _on_sighup(app: web.Application, router: Router) -> None:
     def reload() -> None:
         config = reread(settings)
         if config is not None:
+            gateway = app[GATEWAY]
+            gateway.metrics.know_models(_model_labels(config, app[MODEL_CATALOG]))
             task = asyncio.ensure_future(router.reload(config))
             reloads.tasks.add(task)
             task.add_done_callback(reloads.tasks.discard)
@@ -200,6 +211,8 @@ async def _stop(app: web.Application) -> None:
     gateway = app.get(GATEWAY)
     if gateway is not None:
         await gateway.close()
+    if tracing.enabled():  # what the exporter holds still goes out (off the loop)
+        await asyncio.get_running_loop().run_in_executor(None, tracing.shutdown)
     runner = app.get(SCRIPTED_RUNNER)
     if runner is not None:
         await runner.cleanup()
@@ -216,6 +229,8 @@ def check_settings(settings: Settings) -> None:
     if settings.metrics_auth and not settings.client_keys():
         raise ValueError("--metrics-auth needs client keys (--api-key or --api-key-file)")
     load_model_catalog(settings.model_metadata)  # a wrong file stops the gateway here
+    tracing.check()  # OTEL_* asking for traces this gateway cannot send
+    speed.parse_reference(settings.reference)
     from streamer.turns.model_routes import check_config
 
     check_config(settings)  # --config: the file, its line and what is wrong
@@ -243,6 +258,7 @@ def create_app(settings: Settings) -> web.Application:
     from streamer.frontends import conversations, http, input_tokens, retrieval, websocket
 
     check_settings(settings)
+    speed.use_reference(settings.reference)  # this process's hot path, before any stream
     budget = fd_budget.for_settings(settings, open_file_limit())
     if budget.over:
         log.warning("the caps ask for more descriptors than the limit has: %s", budget.describe())
@@ -340,7 +356,8 @@ def serve(settings: Settings, worker: Seat | None = None) -> None:
     from streamer.turns.model_routes import serving_target
 
     catch_early()  # a SIGTERM while starting: kept, acted on once serving
-    logs.configure(settings.log_level)
+    logs.configure(settings.log_level, settings.access_log)
+    tracing.configure()  # off unless OTEL_* asks (each worker its own exporter)
     print(
         f"streamer: serving http://{settings.host}:{settings.port}/v1 "
         f"-> {serving_target(settings)} (pid {os.getpid()})",

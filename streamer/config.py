@@ -146,6 +146,12 @@ class Settings:
         2 * 1024 * 1024, "Largest total size of the tool definitions in one request."
     )
     max_input_items: int = setting(10_000, "Most input items in one request.")
+    history_cache_bytes: int = setting(
+        64 * 1024 * 1024,
+        "Memory for the lowering of recent long turns (16 items or more), kept so that a "
+        "turn continuing one (previous_response_id, the WebSocket mode, a replayed "
+        "history) lowers only its new items; least recently used dropped first; 0: none.",
+    )
     max_body_bytes: int = setting(
         32 * 1024 * 1024,
         "Largest request body on the wire, compressed or not (413 beyond; a larger "
@@ -209,6 +215,12 @@ class Settings:
         True,
         "Serve plain POST /v1/responses requests on the raw connection, without aiohttp's "
         "request machinery (same answers, less CPU per request); false: aiohttp serves all.",
+    )
+    reference: str = setting(
+        "",
+        "Hot-path stages run on their plain equivalent instead of their speed trick: "
+        "chunked, sse, shapes, runs, output, encode (comma-separated) or all; the same "
+        "answers, more CPU (streamer/core/speed.py).",
     )
     profile_probe: bool = setting(
         True,
@@ -407,7 +419,43 @@ class Settings:
         "Restarts one worker may have in 60 s; beyond, its next start waits until the "
         "oldest of them is 60 s old (logged).",
     )
+    mcp: str = setting(
+        "on",
+        'Remote MCP servers (`{"type": "mcp"}` tools) run by the gateway: on or off '
+        "(then such a tool is a 400).",
+    )
+    mcp_allow: tuple[str, ...] = setting(
+        (),
+        "Host pattern an MCP server_url may reach (repeatable): a name, *.domain, an IP, a "
+        "CIDR, public or *. Unset: public addresses only (no private, loopback, link-local).",
+    )
+    mcp_timeout: float = setting(30.0, "Seconds per MCP operation (list, call); then an error.")
+    mcp_max_calls: int = setting(
+        32, "MCP tool calls one response may run (max_tool_calls lowers it)."
+    )
+    mcp_max_tools: int = setting(128, "Tools one MCP server may list; more is a 424.")
+    mcp_max_list_bytes: int = setting(
+        1024 * 1024, "Bytes of one MCP server's tool list (its JSON); more is a 424."
+    )
+    mcp_max_output_bytes: int = setting(
+        1024 * 1024, "Bytes of one MCP call's output; more is the call's error."
+    )
+    mcp_cache_seconds: float = setting(
+        300.0, "Seconds a listed MCP tool list is reused (per server URL and headers)."
+    )
+    mcp_cache_entries: int = setting(256, "MCP tool lists kept cached at most (oldest out).")
+    optional_hosted_tool: tuple[str, ...] = setting(
+        ("web_search",),
+        "Hosted tool types the gateway cannot run that are left out (logged) rather than "
+        "a 400 (repeatable).",
+    )
     log_level: str = setting("warning", "debug, info, warning or error.")
+    access_log: bool = setting(
+        True,
+        "One access line per request (and per WebSocket or background turn), whatever "
+        "--log-level: request and response ids, model, replica, status, tokens, times; "
+        "off: none.",
+    )
     extra: dict[str, Any] = field(default_factory=dict)
     # the state key a `--workers` supervisor made for its workers (no --state-key-file)
     shared_state_key: bytes | None = field(default=None, repr=False, compare=False)

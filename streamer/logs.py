@@ -11,6 +11,10 @@ from typing import Any
 import orjson
 
 request_id: contextvars.ContextVar[str | None] = contextvars.ContextVar("request_id", default=None)
+# the request's turn, for its access line (set by whoever observes the request)
+request_fields: contextvars.ContextVar[dict[str, Any] | None] = contextvars.ContextVar(
+    "request_fields", default=None
+)
 
 worker: int | None = None  # this process's index under `--workers N`
 
@@ -60,13 +64,16 @@ class ClientProtocolErrors(logging.Filter):
         return logging.getLogger().isEnabledFor(logging.INFO)
 
 
-def configure(level: str) -> None:
+def configure(level: str, access_log: bool = True) -> None:
     handler = logging.StreamHandler()
     handler.setFormatter(JsonFormatter())
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(getattr(logging, level.upper(), logging.WARNING))
     logging.getLogger("aiohttp.access").setLevel(logging.WARNING)  # we log our own access lines
+    # --access-log: at info whatever --log-level (the root's level does not stop a record a
+    # logger let through: it reaches the root's handler)
+    _access.setLevel(logging.INFO if access_log else logging.CRITICAL + 1)
     server = logging.getLogger("aiohttp.server")
     if not any(isinstance(f, ClientProtocolErrors) for f in server.filters):
         server.addFilter(ClientProtocolErrors())
@@ -75,11 +82,37 @@ def configure(level: str) -> None:
 _access = logging.getLogger("streamer.access")
 
 
-def access(method: str, path: str, status: int, started: float) -> None:
-    if not _access.isEnabledFor(logging.INFO):  # quiet by default: build nothing per request
+def access_on() -> bool:
+    return _access.isEnabledFor(logging.INFO)
+
+
+def access(
+    method: str, path: str, status: int, started: float, turn: dict[str, Any] | None = None
+) -> None:
+    """The request's access line (`--access-log`); `turn`: its turn's fields
+    (`observe.access_fields`: response id, model, replica, response status, tokens)."""
+    if not _access.isEnabledFor(logging.INFO):  # --access-log off: build nothing per request
         return
+    fields = {"method": method, "path": path, "status": status,
+              "ms": round((time.monotonic() - started) * 1000, 2)}  # fmt: skip
+    if turn:
+        fields.update(turn)
+    _access.info("%s %s %d", method, path, status, extra={"fields": fields})
+
+
+# the transports whose turn is the request's own: its fields join the request's line
+_REQUEST_TURNS = frozenset({"sse", "json"})
+
+
+def turn_ended(transport: str, fields: dict[str, Any]) -> None:
+    """A turn's end: its fields join its HTTP request's access line; a WebSocket's or
+    background turn (which outlives or shares its request) has a line of its own."""
+    if transport in _REQUEST_TURNS:
+        held = request_fields.get()
+        if held is not None:
+            held.update(fields)
+            return
     _access.info(
-        "%s %s %d", method, path, status,
-        extra={"fields": {"method": method, "path": path, "status": status,
-                          "ms": round((time.monotonic() - started) * 1000, 2)}},
+        "turn %s %s", transport, fields.get("response_status"),
+        extra={"fields": {"transport": transport, **fields}},
     )  # fmt: skip

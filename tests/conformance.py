@@ -50,6 +50,9 @@ DEVIATIONS: dict[str, str] = {
     "pass through in stream order with the gateway's sequence_number, item_id and "
     "output_index, after their item's output_item.added; hosted progress events are checked "
     "by the SDK only",
+    "events.mcp_call_arguments": "response.mcp_call_arguments.delta/done stream the "
+    "arguments of an MCP call the gateway runs (OpenAI's events; the spec has none); "
+    "checked by the SDK only",
     "events.reasoning_text": "OpenAI names the reasoning text events "
     "response.reasoning_text.delta/done (the spec: response.reasoning.delta/done); Codex and "
     "the SDK read only OpenAI's names",
@@ -58,7 +61,7 @@ DEVIATIONS: dict[str, str] = {
     "text.format.schema": "a json_schema format echoes its `schema` object as OpenAI does; "
     "the spec types `schema` as null",
     "tool_choice.extensions": "tool_choice {type: custom}, {type: shell}, {type: "
-    "apply_patch} and allowed_tools over custom tools are OpenAI extensions; checked by the "
+    "apply_patch}, {type: mcp} and allowed_tools over custom tools are OpenAI extensions; checked by the "
     "SDK only",
     "tool_choice.namespace": "tool_choice {type: namespace, name} (this gateway's extension: "
     "any tool of that namespace) is echoed as sent; neither the spec nor the SDK has it",
@@ -79,8 +82,11 @@ _RENAMED_EVENTS = {
     "response.reasoning_text.done": "response.reasoning.done",
 }
 _SDK_ONLY_EVENTS = frozenset(
-    {"response.custom_tool_call_input.delta", "response.custom_tool_call_input.done"}
-)
+    {
+        "response.custom_tool_call_input.delta", "response.custom_tool_call_input.done",
+        "response.mcp_call_arguments.delta", "response.mcp_call_arguments.done",
+    }
+)  # fmt: skip
 _HOSTED_ITEMS = frozenset(
     {
         "web_search_call", "file_search_call", "code_interpreter_call", "image_generation_call",
@@ -100,7 +106,7 @@ _EXTENSION_ITEMS = (
     )
     | _HOSTED_ITEMS
 )
-_EXTENSION_CHOICES = frozenset({"custom", "shell", "apply_patch"})
+_EXTENSION_CHOICES = frozenset({"custom", "shell", "apply_patch", "mcp"})
 _RESPONSE_EVENTS = frozenset(
     {
         "response.created",

@@ -114,6 +114,7 @@ class BackendRequest:
     path: str
     body: Any
     headers: CIMultiDict[str]  # case-insensitive, as HTTP headers are
+    raw: bytes = b""  # the body as it came
     started_at: float = field(default_factory=time.monotonic)
     disconnected: asyncio.Event = field(default_factory=asyncio.Event)
     disconnected_at: float | None = None
@@ -253,7 +254,7 @@ class ScriptedBackend:
         except orjson.JSONDecodeError:
             body = raw
         peer = request.transport.get_extra_info("peername") if request.transport else None
-        rec = BackendRequest(request.path, body, CIMultiDict(request.headers), peer=peer)
+        rec = BackendRequest(request.path, body, CIMultiDict(request.headers), raw, peer=peer)
         self.records.append(rec)
         steps = [_normalise(s) for s in self._next_script(body)]
         if steps and isinstance(steps[0], DelayHeaders):

@@ -556,7 +556,6 @@ def test_unlowerable_items_are_dropped_not_rejected() -> None:
         user("a"),
         {"type": "compaction", "encrypted_content": "C"},
         {"type": "additional_tools", "role": "developer", "tools": []},
-        {"type": "mcp_call", "id": "x", "name": "n"},
         assistant("b"),
     ]
     assert messages(items) == [

@@ -273,15 +273,21 @@ async def traffic(url: str) -> list[str]:
     return ids
 
 
-async def test_logs_are_quiet_by_default(tmp_path: Path) -> None:
-    async with (
-        ScriptedBackend() as backend,
-        gateway_process(tmp_path / "gateway.log", "--upstream", backend.base_url) as gw,
-    ):
-        await traffic(gw.origin)
-        assert await gw.terminate() == 0  # after its exit, its log holds all it wrote
-        assert gw.stderr().strip() == "", gw.stderr()[-2000:]
-        assert "serving http://127.0.0.1:" in gw.stdout()
+async def test_logs_hold_only_access_lines_by_default_and_nothing_with_access_log_off(
+    tmp_path: Path,
+) -> None:
+    async with ScriptedBackend() as backend:
+        async with gateway_process(tmp_path / "on.log", "--upstream", backend.base_url) as gw:
+            await traffic(gw.origin)
+            assert await gw.terminate() == 0  # after its exit, its log holds all it wrote
+            assert "serving http://127.0.0.1:" in gw.stdout()
+            lines = gw.log_lines()
+        assert lines and {line["logger"] for line in lines} == {"streamer.access"}, lines
+        args = ("--upstream", backend.base_url, "--access-log", "off")
+        async with gateway_process(tmp_path / "off.log", *args) as gw:
+            await traffic(gw.origin)
+            assert await gw.terminate() == 0
+            assert gw.stderr().strip() == "", gw.stderr()[-2000:]
 
 
 async def test_info_logs_one_json_access_line_per_request_with_its_id(tmp_path: Path) -> None:

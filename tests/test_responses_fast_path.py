@@ -17,29 +17,18 @@ import orjson
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from streamer.core import speed
 from streamer.core.deltas import TextDelta, ToolCallDelta
-from streamer.core.sse import SSEDecoder, SSEMessage
 from streamer.upstream.chat.stream import EndCause
 from streamer.upstream.responses.decoder import ResponsesDecoder, ResponsesEventDecoder
 from streamer.upstream.responses.event_shapes import fit, learn
 from streamer.upstream.responses.framing import EventFraming
 
 
-class PlainFraming(SSEDecoder):
-    """`SSEDecoder`'s own events, every one an `SSEMessage` (the decoder before framing.py)."""
-
-    def payloads(self, chunk: bytes) -> list[bytes | SSEMessage]:
-        return [
-            SSEMessage(None, m.decode("utf-8", "replace")) if isinstance(m, bytes) else m
-            for m in super().payloads(chunk)
-        ]
-
-
 def plain_decoder() -> ResponsesDecoder:
-    decoder = ResponsesDecoder()
-    decoder._sse = PlainFraming()
-    decoder._chat = ResponsesEventDecoder(lessons=0)  # type: ignore[assignment]
-    return decoder
+    """Every speed switch off: the line parser's framing, every event parsed whole."""
+    with speed.using("all"):
+        return ResponsesDecoder()
 
 
 def run(decoder: ResponsesDecoder, reads: list[bytes]) -> tuple[list[Any], tuple[bool, ...]]:
@@ -270,7 +259,7 @@ def test_an_openai_event_is_decoded_whole() -> None:
 
 
 def test_per_token_events_are_sliced_once_learnt() -> None:
-    events: list[bytes | SSEMessage] = [raw_event(e) for e in opening()]
+    events: list[bytes] = [raw_event(e) for e in opening()]
     events += [raw_event(text_event(f"t{i}", 4 + i, "vllm")) for i in range(12)]
     events += [raw_event(CALL_ADDED)] + [raw_event(args_event(f"{i},", 20 + i)) for i in range(5)]
     decoder = ResponsesEventDecoder()

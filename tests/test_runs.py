@@ -23,6 +23,7 @@ import orjson
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
+from streamer.core import speed
 from streamer.core.deltas import Delta, TextDelta, TextRun, ToolCallDelta, ToolCallRun, expand
 from streamer.core.events import Event
 from streamer.core.output import OutputItemStreamer
@@ -137,7 +138,7 @@ def sse(stream: list[bytes], framing: list[bytes]) -> bytes:
 
 def decoded(body: bytes, cuts: list[int], runs: bool) -> list[list[Delta]]:
     """What the shell does: feed each read, take what waits, then end; per batch."""
-    with mock.patch.object(ChatDecoder, "runs", runs):
+    with speed.using("" if runs else "runs"):
         decoder = ChatDecoder()
     batches: list[list[Delta]] = []
     start = 0

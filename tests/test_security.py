@@ -490,9 +490,10 @@ def names_in_order(tools: list[dict[str, Any]]) -> list[tuple[str | None, str]]:
 
 
 async def test_hostile_tools_reach_only_the_backend_as_flat_functions() -> None:
-    """Hosted tools that name URLs (mcp, file search…) are never contacted by the gateway;
-    client tools with hostile names reach the backend as legal flat functions and come
-    back under their own names."""
+    """Hosted tools that name URLs are never contacted by the gateway: an MCP server on a
+    loopback address is refused (a 424: --mcp-allow does not list it), a file search is a
+    400 (the gateway cannot run it); client tools with hostile names reach the backend as
+    legal flat functions and come back under their own names."""
     canary_hits: list[str] = []
 
     async def canary(request: web.Request) -> web.Response:
@@ -506,11 +507,21 @@ async def test_hostile_tools_reach_only_the_backend_as_flat_functions() -> None:
     site = web.TCPSite(runner, "127.0.0.1", 0)
     await site.start()
     canary_url = f"http://127.0.0.1:{runner.addresses[0][1]}"
+    refused: list[tuple[dict[str, Any], int]] = [
+        (
+            {
+                "type": "mcp",
+                "server_label": "evil",
+                "server_url": canary_url + "/mcp",
+                "require_approval": "never",
+            },
+            424,
+        ),
+        ({"type": "file_search", "vector_store_ids": [canary_url]}, 400),
+        ({"type": "image_generation"}, 400),
+    ]
     tools: list[dict[str, Any]] = [
-        {"type": "mcp", "server_label": "evil", "server_url": canary_url + "/mcp", "require_approval": "never"},
-        {"type": "file_search", "vector_store_ids": [canary_url]},
-        {"type": "web_search"},
-        {"type": "image_generation"},
+        {"type": "web_search"},  # optional (--optional-hosted-tool): left out
         {"type": "function", "name": canary_url + "/fn", "parameters": {"type": "object"}},
         *({"type": "function", "name": name} for name in HOSTILE),
         {"type": "namespace", "name": "../../ns", "tools": [{"type": "function", "name": "__proto__"}, {"type": "custom", "name": "http://x/y"}]},
@@ -518,6 +529,11 @@ async def test_hostile_tools_reach_only_the_backend_as_flat_functions() -> None:
     try:
         async with GatewayHarness() as gw:
             async with openai.AsyncOpenAI(base_url=gw.url, api_key="k", max_retries=0) as sdk:
+                for tool, status in refused:
+                    with pytest.raises(openai.APIStatusError) as error:
+                        await sdk.responses.create(model="m", input="hi", tools=[tool])  # type: ignore[list-item]
+                    assert error.value.status_code == status
+                    assert error.value.body["param"] == "tools[0]"  # type: ignore[index]
                 first = await sdk.responses.create(model="m", input="hi", tools=tools)  # type: ignore[arg-type]
                 assert first.status == "completed"
                 offered = gw.backend.requests[-1]["tools"]

@@ -259,17 +259,21 @@ async def test_forcing_a_hosted_tool_is_a_400(
         {"type": "file_search", "vector_store_ids": ["vs_1"]},
         {"type": "code_interpreter", "container": {"type": "auto"}},
         {"type": "image_generation"},
-        {"type": "mcp", "server_label": "docs", "server_url": "https://mcp.example/sse"},
         {"type": "shell", "environment": {"type": "container_auto"}},
         {"type": "function", "name": "f", "parameters": {"type": "object"}},
-    ]
+    ]  # (an `mcp` tool is run by the gateway: tests/test_mcp.py)
     with pytest.raises(openai.BadRequestError) as raised:
         await client.responses.create(model="m", input="go", tools=tools, tool_choice=choice)  # type: ignore[arg-type]
     body = raised.value.body
     assert body["param"] == "tool_choice.type"  # type: ignore[index]
     assert "does not run" in body["message"] or "no shell tool" in body["message"]  # type: ignore[index]
     assert gw.backend.requests == []
-    # not forced, hosted tools are echoed and not sent, as before
+    # not forced, an optional hosted tool (--optional-hosted-tool) is echoed and not sent;
+    # one the gateway cannot run and that is not optional is a 400 naming it (docs/mcp.md)
+    with pytest.raises(openai.BadRequestError) as unrunnable:
+        await client.responses.create(model="m", input="go", tools=tools)  # type: ignore[arg-type]
+    assert unrunnable.value.body["param"] == "tools[1]"  # type: ignore[index]
+    tools = [t for t in tools if t["type"] in ("web_search", "shell", "function")]
     gw.backend.script(text("ok"))
     response = await client.responses.create(model="m", input="go", tools=tools)  # type: ignore[arg-type]
     assert [t["function"]["name"] for t in gw.backend.requests[-1]["tools"]] == ["f"]

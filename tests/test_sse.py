@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from streamer.core.events import Event
-from streamer.core.sse import SSEDecoder, SSEError, SSEMessage, encode, encode_many
+from streamer.core.sse import SSEDecoder, SSEError, SSEMessage, encode, encode_many, message
 
 
 def decode_all(chunks: list[bytes], *, close: bool = False) -> list[SSEMessage]:
@@ -17,7 +17,7 @@ def decode_all(chunks: list[bytes], *, close: bool = False) -> list[SSEMessage]:
     for chunk in chunks:
         out.extend(decoder.feed(chunk))
     if close:
-        out.extend(decoder.close())
+        out.extend(map(message, decoder.close()))
     return out
 
 

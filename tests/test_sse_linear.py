@@ -7,33 +7,32 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from streamer.core.sse import SSEDecoder, SSEError, SSEMessage
+from streamer.core.sse import SSEDecoder, SSEError, SSEMessage, message
 
 MiB = 1 << 20
 
 
-def normal(items: list[bytes | SSEMessage]) -> list[SSEMessage]:
-    return [
-        SSEMessage(None, m.decode("utf-8", "replace")) if isinstance(m, bytes) else m for m in items
-    ]
+def named(items: list[bytes]) -> list[SSEMessage]:
+    """The payloads with their names, as text (a NamedPayload equals its bytes alone)."""
+    return list(map(message, items))
 
 
 def fast(chunks: list[bytes]) -> list[SSEMessage]:
     """What the upstream sees: `payloads` (the regex fast path where it applies)."""
     decoder = SSEDecoder()
-    out: list[bytes | SSEMessage] = []
+    out: list[bytes] = []
     for chunk in chunks:
         out += decoder.payloads(chunk)
-    return normal(out + decoder.close())  # type: ignore[operator]
+    return named(out + decoder.close())
 
 
 def general(chunks: list[bytes]) -> list[SSEMessage]:
-    """The line parser alone, every chunk through it."""
-    decoder = SSEDecoder()
-    out: list[SSEMessage] = []
+    """The line parser alone, every chunk through it (the `sse` switch's reference)."""
+    decoder = SSEDecoder(fast=False)
+    out: list[bytes] = []
     for chunk in chunks:
-        out += decoder._feed_lines(chunk)
-    return out + decoder._close_lines()
+        out += decoder.payloads(chunk)
+    return named(out + decoder.close())
 
 
 @pytest.mark.parametrize("before", [b"", b"data: {}\n\n", b"event: x\n", b"data: a\n", b": c\n"])

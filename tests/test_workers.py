@@ -158,8 +158,19 @@ async def test_chain_alternates_between_workers_and_metrics_sum(
             for client in (a, b):  # either worker answers for both
                 text = (await client._client.get(gw.origin + "/metrics")).text
                 assert _requests(text, "/v1/responses", "200") == 8, text
+                # the turns summed too; the build is one, not one per worker
+                assert _sum(text, "streamer_responses_total{", 'status="completed"') == 8, text
+                assert _sum(text, "streamer_build_info{", "version=") == 1, text
             await a.close()
             await b.close()
+
+
+def _sum(metrics: str, prefix: str, *labels: str) -> float:
+    total = 0.0
+    for line in metrics.splitlines():
+        if line.startswith(prefix) and all(x in line for x in labels):
+            total += float(line.rsplit(" ", 1)[1])
+    return total
 
 
 def _requests(metrics: str, route: str, status: str) -> float:

@@ -49,6 +49,8 @@ class CallKind:
     events: tuple[str, str] | None = None  # (delta, done) event types of its arguments
     done_named: bool = False  # its done event names the tool (function_call_arguments.done)
     statuses: tuple[str, ...] = _CALL_STATUSES
+    hosted: bool = False  # run by the gateway (an MCP call): a Responses backend's own such
+    # item (it ran the tool itself) passes whole; the client never answers it
 
     @property
     def named(self) -> bool:
@@ -283,6 +285,34 @@ LOCAL_SHELL = CallKind(
     lowered=_shell_action,
 )
 
+
+def _mcp_flat(names: ResponsesToolNames, item: Mapping[str, Any]) -> str:
+    return names.encode(item.get("server_label") or None, item["name"], "mcp")
+
+
+MCP = CallKind(
+    kind="mcp",
+    call_type="mcp_call",
+    output_type="mcp_call_output",  # the result as history replays it (core/mcp_history.py)
+    id_prefix="mcp",
+    output_prefix="mcpo",
+    field="arguments",
+    added=lambda identity, call_id, args: {
+        "server_label": identity.namespace or "",
+        "name": identity.name,
+        "arguments": "",
+        "approval_request_id": None,
+        "error": None,
+        "output": None,
+    },
+    lifted=str,
+    flat=_mcp_flat,
+    lowered=lambda item: item.get("arguments") or "{}",
+    events=("response.mcp_call_arguments.delta", "response.mcp_call_arguments.done"),
+    statuses=("in_progress", "completed", "incomplete", "calling", "failed"),
+    hosted=True,
+)
+
 CALL_KINDS: dict[str, CallKind] = {
     row.kind: row
     for row in (
@@ -290,6 +320,7 @@ CALL_KINDS: dict[str, CallKind] = {
         CUSTOM,
         TOOL_SEARCH,
         LOCAL_SHELL,
+        MCP,
         *map(_client_row, CLIENT_TOOLS.values()),
     )
 }

@@ -72,24 +72,36 @@ def is_compaction(items: Sequence[Mapping[str, Any]]) -> bool:
 
 
 def restore(
-    items: list[dict[str, Any]], sealer: Sealer, *, offset: int = 0, owner: str = ""
+    items: list[dict[str, Any]],
+    sealer: Sealer,
+    *,
+    offset: int = 0,
+    owner: str = "",
+    start: int = 0,
 ) -> list[dict[str, Any]]:
     """What the backend is shown of `items`: sealed items opened (a 400 naming one that does
     not open, or was sealed for another `owner`), what a compaction replaced left out.
-    `offset`: how many leading items are history (a failure there names
-    `previous_response_id`)."""
-    if not any(_sealed(item) for item in items):
+    `offset`: how many leading items of the turn's input are history (a failure there
+    names `previous_response_id`); `start`: the index of `items[0]` in it (`items` is its
+    tail, whose head is opened already: then it holds no compaction, which would reach
+    back into the head)."""
+    for item in items:  # (the scan of every history: a loop of lookups, no calls)
+        if item.get("type") in _MAYBE_SEALED and _sealed(item):
+            break
+    else:
         return items
     view = list(items)
     for i, item in enumerate(items):
-        kind = item.get("type")
+        kind, at = item.get("type"), start + i
         if kind in COMPACTION_TYPES:
             blob = item.get("encrypted_content")
-            summary = sealer.open("compaction", SUMMARY_FIELD, blob, _param(i, offset), owner=owner)
+            summary = sealer.open(
+                "compaction", SUMMARY_FIELD, blob, _param(at, offset), owner=owner
+            )
             view[i] = summary_message(summary)
             _drop_replaced(view, i)
         elif kind == "reasoning" and item.get("encrypted_content") is not None:
-            opened = _open_reasoning(item, sealer, _param(i, offset), i < offset, owner)
+            opened = _open_reasoning(item, sealer, _param(at, offset), at < offset, owner)
             if opened is not None:
                 view[i] = opened
     return view
@@ -124,6 +136,9 @@ def _open_reasoning(
 def summary_message(summary: str) -> dict[str, Any]:
     text = f"{SUMMARY_HEADING}\n\n{summary}"
     return {"type": "message", "role": "user", "content": [{"type": "input_text", "text": text}]}
+
+
+_MAYBE_SEALED = frozenset((*COMPACTION_TYPES, "reasoning"))
 
 
 def _sealed(item: Mapping[str, Any]) -> bool:

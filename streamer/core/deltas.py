@@ -33,10 +33,19 @@ class TextRun(TextDelta):
     """Consecutive pieces of the answer from one read, decoded together: `text` is their
     join, so a consumer that knows only `TextDelta` sees the same text. `raw` holds each
     piece as the backend encoded it (JSON string contents, validated), for the streamer to
-    splice into its events; every piece is non-empty and still becomes one event."""
+    splice into its events; every piece is non-empty and still becomes one event.
+
+    A run and `ToolCallRun` share one interface, all a consumer needs of either: `pieces`,
+    `raw`, `joined()` (their join) and `piece(text)` (the plain delta of one piece)."""
 
     pieces: list[str]
     raw: list[bytes]
+
+    def joined(self) -> str:
+        return self.text
+
+    def piece(self, text: str) -> TextDelta:
+        return TextDelta(text)
 
 
 @dataclass(slots=True)
@@ -107,10 +116,17 @@ class ToolCallDelta:
 @dataclass(slots=True)
 class ToolCallRun(ToolCallDelta):
     """Consecutive argument fragments of one call (no id, no name) decoded together, as
-    `TextRun` is for text: `arguments` is their join; each piece is non-empty."""
+    `TextRun` is for text (and with its interface): `arguments` is their join; each piece
+    is non-empty."""
 
     pieces: list[str] = field(default_factory=list)
     raw: list[bytes] = field(default_factory=list)
+
+    def joined(self) -> str:
+        return self.arguments
+
+    def piece(self, text: str) -> ToolCallDelta:
+        return ToolCallDelta(self.index, None, None, text)
 
 
 @dataclass(slots=True)
@@ -206,11 +222,8 @@ def expand(deltas: list[Delta]) -> list[Delta]:
         return deltas
     out: list[Delta] = []
     for delta in deltas:
-        if delta.__class__ is TextRun:
-            out += map(TextDelta, delta.pieces)
-        elif delta.__class__ is ToolCallRun:
-            index = delta.index
-            out += [ToolCallDelta(index, None, None, p) for p in delta.pieces]
+        if delta.__class__ is TextRun or delta.__class__ is ToolCallRun:
+            out += map(delta.piece, delta.pieces)
         else:
             out.append(delta)
     return out

@@ -13,6 +13,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from streamer.core.mcp_servers import public
+
 
 def echo_function(tool: Mapping[str, Any]) -> dict[str, Any]:
     """A function tool as the Response shows it: the three optional fields present."""
@@ -30,6 +32,8 @@ def echo_tool(tool: Any) -> Any:
     kind = tool.get("type")
     if kind == "function":
         return echo_function(tool)
+    if kind == "mcp":  # headers null, no authorization, the URL's path hidden (OpenAI's echo)
+        return public(tool)
     if kind == "namespace" and isinstance(tool.get("tools"), list):
         # OpenAI requires a namespace's string description; the gateway ignores one that
         # is missing or not a string (tool_decls.py), and the echo shows it empty

@@ -19,11 +19,13 @@ MESSAGE_PARTS = (*TEXT_PARTS, "refusal", "input_image", "input_file")
 OUTPUT_PARTS = (*TEXT_PARTS, "input_image", "input_file")
 
 
-def normalize_input(value: Any) -> list[dict[str, Any]]:
+def normalize_input(value: Any, start: int = 0) -> list[dict[str, Any]]:
     """`input` (a string, a list of items, or absent) -> validated items.
 
     A string is one user message; a bare `{role, content}` gains `type: "message"`; every
     other item is returned as given. Idempotent, so lowering can re-run it safely.
+    `start`: the index in the client's `input` of `value`'s first item (the `param` paths
+    of a tail of it, whose head was validated before).
     """
     if value is None:
         return []
@@ -34,7 +36,42 @@ def normalize_input(value: Any) -> list[dict[str, Any]]:
         raise invalid(
             "Invalid type for 'input': expected a string or an array of input items.", "input"
         )
-    return [_item(item, f"input[{i}]") for i, item in enumerate(value)]
+    out: list[dict[str, Any]] = []
+    append = out.append
+    for i, item in enumerate(value, start):
+        if PLAIN_ITEMS and item.__class__ is dict and _plain(item):
+            append(item)
+        else:
+            append(_item(item, f"input[{i}]"))
+    return out
+
+
+PLAIN_ITEMS = True
+"""Take the plain items by `_plain`'s type checks; False: every item through `_item`."""
+
+
+def _plain(item: dict[str, Any]) -> bool:
+    """The items a tool loop is made of, in their plain shapes (string fields only), which
+    `_item` would return as they are: checked by type, here, without its calls
+    (tests/test_plain_paths.py holds the two to the same answers)."""
+    kind = item.get("type")
+    if kind == "function_call_output":
+        call_id = item.get("call_id")
+        return call_id.__class__ is str and call_id != "" and item.get("output").__class__ is str
+    if kind == "function_call":
+        call_id, name = item.get("call_id"), item.get("name")
+        arguments, namespace = item.get("arguments"), item.get("namespace")
+        return (
+            call_id.__class__ is str
+            and call_id != ""
+            and name.__class__ is str
+            and name != ""
+            and (arguments is None or arguments.__class__ is str)
+            and (namespace is None or namespace.__class__ is str)
+        )
+    if kind == "message":
+        return item.get("role") in ROLES and item.get("content").__class__ is str
+    return False
 
 
 def public_output_to_input(output_items: Iterable[Any]) -> list[dict[str, Any]]:

@@ -29,7 +29,9 @@ def referenced_ids(value: Any) -> dict[str, int]:
     if not isinstance(value, list):
         return {}
     ids: dict[str, int] = {}
-    for i, item in enumerate(value):
+    # the items of a replayed body's known part were looked at when it came first
+    start = getattr(value, "known", 0) if not getattr(value, "references", True) else 0
+    for i, item in enumerate(value[start:] if start else value, start):
         if not is_reference(item):
             continue
         item_id = item.get("id")

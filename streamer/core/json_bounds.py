@@ -180,13 +180,23 @@ def _joined(stack: list[list[Any]]) -> str:
     return "".join(parts)
 
 
-def check_values(raw: Raw, max_values: int) -> None:
+def value_bound(data: bytes | bytearray) -> int:
+    """The `,`, `[` and `{` bytes of `data`: one less than the most JSON values it holds
+    (`check_values`' first bound; it adds up over the pieces of a body)."""
+    return len(data.translate(None, _NOT_BEFORE_VALUE))
+
+
+def check_values(raw: Raw, max_values: int, bound: int | None = None) -> None:
     """A 400 if `raw` holds more than `max_values` JSON values (see `value_count`): the
-    byte bound first, the exact count only when the bound is over."""
-    data = raw.encode() if isinstance(raw, str) else bytes(raw)
-    if len(data.translate(None, _NOT_BEFORE_VALUE)) + 1 <= max_values:
+    byte bound first (`bound`: it, worked out already), the exact count only when the
+    bound is over."""
+    if isinstance(raw, str):
+        data: bytes | bytearray = raw.encode()
+    else:
+        data = raw if isinstance(raw, bytes | bytearray) else bytes(raw)
+    if (value_bound(data) if bound is None else bound) + 1 <= max_values:
         return
-    count = value_count(data)
+    count = value_count(bytes(data))
     if count > max_values:
         raise invalid(
             f"The JSON of your request holds {count:,} values; at most {max_values:,} are "

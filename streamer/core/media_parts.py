@@ -21,13 +21,13 @@ _PARTS_OF = {
 }
 
 
-def check_media(items: Sequence[dict[str, Any]], *, file_parts: bool) -> None:
-    """Raise a 400 for the first image or file part in `items` (the request's own input)
-    that the backend cannot be sent."""
-    for i, item in enumerate(items):
+def check_media(items: Sequence[dict[str, Any]], *, file_parts: bool, start: int = 0) -> None:
+    """Raise a 400 for the first image or file part in `items` (the request's own input,
+    from its item `start`) that the backend cannot be sent."""
+    for i, item in enumerate(items, start):
         field = _PARTS_OF.get(item.get("type", "message"))
         parts = item.get(field) if field else None
-        if not isinstance(parts, list):
+        if parts.__class__ is not list:  # a string: no parts (most outputs and messages)
             continue
         for j, part in enumerate(parts):
             why = _refusal(part, file_parts) if isinstance(part, dict) else None

@@ -27,6 +27,7 @@ from typing import Any
 
 import orjson
 
+from streamer.core import speed
 from streamer.core.call_kinds import ARGUMENTS_DELTA, BY_CALL_TYPE, new_call_item
 from streamer.core.deltas import (
     CURRENT,
@@ -95,8 +96,6 @@ _PART_DONE = {False: "response.content_part.done", True: "response.reasoning_sum
 class OutputItemStreamer:
     """Turns one backend turn's deltas into the Responses event stream."""
 
-    per_token_paths = True  # False: every delta through its handler (the reference path)
-
     def __init__(
         self,
         names: ResponsesToolNames,
@@ -108,6 +107,8 @@ class OutputItemStreamer:
         seal_reasoning: Callable[[str, str | None], str] | None = None,
         reasoning_summary: int | None = None,
     ) -> None:
+        # the `output` speed switch (core/speed.py); False: every delta through its handler
+        self.per_token_paths = speed.fast("output")
         limits = limits or OutputLimits()
         # the client asked for `reasoning.encrypted_content`: each reasoning item carries
         # its text sealed (streamer/core/sealing.py), for clients that keep only that
@@ -143,6 +144,13 @@ class OutputItemStreamer:
         self._summary: int | None = reasoning_summary
         # a backend's items passed whole, and their events (made when the first comes)
         self._passing: PassedItems | None = None
+        # A turn of several backend answers (the gateway runs MCP calls between them): the
+        # identity kinds whose calls are held at an answer's end (`end_answer`), where this
+        # answer's items start, and the usage of the answers before it.
+        self.hold: frozenset[str] = frozenset()
+        self.answer_finish: str | None = None  # the last ended answer's finish reason
+        self._answer_from = 0
+        self._spent: Usage | None = None
         # the handlers are the class's (HANDLERS): a table of bound methods here would make
         # every turn a reference cycle, freed only by the collector, turns after it ended
         self._handlers = HANDLERS
@@ -206,24 +214,10 @@ class OutputItemStreamer:
                     events.append(_event(Event, (template.type, template.encode(piece, seq), seq)))
                     self._seq = seq + 1
                     continue
-            elif fast and cls is TextRun:  # one event per piece still, encoded as a batch
-                hot, text = self._hot, delta.text  # type: ignore[union-attr]
-                if hot is not None and hot.kind == "output_text" and len(text) <= self._left:
-                    self._left -= len(text)
-                    hot.text.write(text)
-                    raw, seq = delta.raw, self._seq  # type: ignore[union-attr]
-                    events += hot.delta.run(raw, seq)
-                    self._seq = seq + len(raw)
-                    continue
-            elif fast and cls is ToolCallRun:
-                live, piece = self._live, delta.arguments  # type: ignore[union-attr]
-                if live is not None and live.index == delta.index and len(piece) <= self._left:  # type: ignore[union-attr]
-                    self._left -= len(piece)
-                    live.args.append(piece)
-                    raw, seq = delta.raw, self._seq  # type: ignore[union-attr]
-                    events += live.delta.run(raw, seq)  # type: ignore[union-attr]
-                    self._seq = seq + len(raw)
-                    continue
+            elif (
+                fast and (cls is TextRun or cls is ToolCallRun) and self._run_rest(delta, 0)  # type: ignore[arg-type]
+            ):
+                continue  # one event per piece still, encoded as a batch
             handlers[cls](self, delta)
             if self.done or self.exceeded:  # a failure ended the turn, or a limit was hit
                 break
@@ -241,6 +235,75 @@ class OutputItemStreamer:
         self._close_all("completed")
         self._terminal("completed", "response.completed")
         return self._take()
+
+    def end_answer(self) -> tuple[list[Event], list[Call]]:
+        """One backend answer of a longer turn ended (the gateway runs the calls it holds,
+        then asks the backend again): its items closed, the calls of a `hold` kind kept back
+        (returned in backend order, never emitted), no terminal event; its usage is summed
+        into the response's at the end."""
+        held = [
+            c
+            for c in sorted(self._calls.values(), key=lambda c: c.index)
+            if not c.emitted and c.name and self.names.decode(c.name).kind in self.hold
+        ]
+        for call in held:
+            call.emitted = True
+        left, items_left = self._left, self._items_left + len(held)  # their items come later
+        self._close_all("completed")
+        self._left, self._items_left = left, items_left
+        self.answer_finish, u = self._finish, self._answer_usage()
+        self._spent = u if self._spent is None else _plus(self._spent, u)
+        # nothing of the next answer yet: a turn that ends here adds no more usage
+        self._answer_from, self._usage, self._finish = len(self._output), Usage(), None
+        self._calls, self._waiting, self._live, self._hot = {}, deque(), None, None
+        self._summary = self._passing = None
+        return self._take(), held
+
+    def next_answer(self, prompt: Any) -> None:
+        """The backend is asked again, with `prompt` (what usage is estimated from)."""
+        self._prompt, self._usage = prompt, None
+
+    def holds(self) -> bool:
+        """Whether the answer so far made a call of a `hold` kind (the gateway runs it)."""
+        return bool(self.hold) and any(
+            not c.emitted and c.name and self.names.decode(c.name).kind in self.hold
+            for c in self._calls.values()
+        )
+
+    def add_item(self, item: dict[str, Any]) -> list[Event]:
+        """`output_item.added` for an item the gateway makes itself (an MCP list, call or
+        approval request), open until `done_item`; nothing past the item limit (then
+        `exceeded` is set)."""
+        if self.done or not self._new_item():
+            return []
+        self._close_open("completed")
+        self._open_item_as(item)
+        return self._take()
+
+    def item_event(self, event: dict[str, Any]) -> list[Event]:
+        """An event about the item `add_item` opened (its id and output index added)."""
+        item = self._open
+        if item is None:
+            return []
+        self._event({**event, "item_id": item.id, "output_index": item.output_index})
+        return self._take()
+
+    def done_item(self, item: dict[str, Any]) -> list[Event]:
+        """`output_item.done` for the item `add_item` opened: `item` is its final form."""
+        opened, self._open = self._open, None
+        if opened is None:
+            return []
+        self._output.append(item)
+        self._event(
+            {"type": "response.output_item.done", "output_index": opened.output_index, "item": item}
+        )
+        return self._take()
+
+    def _answer_usage(self) -> Usage:
+        """The usage the ended answer's backend sent, else an estimate of that answer."""
+        if self._usage is not None:
+            return self._usage
+        return estimate_usage(self._prompt, self._output[self._answer_from :])
 
     def cut(self) -> list[Event]:
         """End `incomplete` now (an output limit, see `exceeded`), keeping the output so far."""
@@ -296,44 +359,41 @@ class OutputItemStreamer:
         else:
             self._part(kind, text, logprobs)
 
-    def _on_text_run(self, run: TextRun) -> None:
+    def _on_run(self, run: TextRun | ToolCallRun) -> None:
         """A run its fast path did not take: piece by piece, as the decoder would have sent
-        it, until the first piece has opened the part (the rest is then the fast path's)."""
-        used = 0
+        it, until the first piece has opened the part or made the call live (the rest is
+        then the fast path's)."""
+        handle: Any = self._on_content if run.__class__ is TextRun else self._on_tool_call
         for i, piece in enumerate(run.pieces):
-            hot = self._hot
-            if i and self.per_token_paths and hot is not None and hot.kind == "output_text":
-                rest = run.text[used:]
-                if len(rest) <= self._left:
-                    self._left -= len(rest)
-                    hot.text.write(rest)
-                    raw, seq = run.raw[i:], self._seq
-                    self._events += hot.delta.run(raw, seq)
-                    self._seq = seq + len(raw)
-                    return
-            self._on_content(TextDelta(piece))
+            if i and self.per_token_paths and self._run_rest(run, i):
+                return
+            handle(run.piece(piece))
             if self.done or self.exceeded:
                 return
-            used += len(piece)
 
-    def _on_args_run(self, run: ToolCallRun) -> None:
-        """The same for a call's fragments, until the first has made the call live."""
-        used = 0
-        for i, piece in enumerate(run.pieces):
-            live = self._live
-            if i and self.per_token_paths and live is not None and live.index == run.index:
-                rest = run.arguments[used:]
-                if len(rest) <= self._left:
-                    self._left -= len(rest)
-                    live.args.append(rest)
-                    raw, seq = run.raw[i:], self._seq
-                    self._events += live.delta.run(raw, seq)  # type: ignore[union-attr]
-                    self._seq = seq + len(raw)
-                    return
-            self._on_tool_call(ToolCallDelta(run.index, None, None, piece))
-            if self.done or self.exceeded:
-                return
-            used += len(piece)
+    def _run_rest(self, run: TextRun | ToolCallRun, at: int) -> bool:
+        """A run's pieces from `at` on into the text part or the live call they continue,
+        one event each encoded as a batch; False: they continue neither, or the output
+        limit would be passed (the handlers take them)."""
+        if run.__class__ is TextRun:
+            target: Any = self._hot
+            if target is None or target.kind != "output_text":
+                return False
+            write = target.text.write
+        else:
+            target = self._live
+            if target is None or target.index != run.index:  # type: ignore[union-attr]
+                return False
+            write = target.args.append
+        rest = "".join(run.pieces[at:]) if at else run.joined()
+        if len(rest) > self._left:
+            return False
+        self._left -= len(rest)
+        write(rest)
+        raw, seq = run.raw[at:] if at else run.raw, self._seq
+        self._events += target.delta.run(raw, seq)
+        self._seq = seq + len(raw)
+        return True
 
     def _write(self, part: Part, text: str, logprobs: list[dict[str, Any]] | None) -> None:
         """`text` into `part`, and its delta event (with the tokens' logprobs, if any)."""
@@ -603,6 +663,8 @@ class OutputItemStreamer:
             if not call.name or not _whole_json("".join(call.args)):
                 break
             waiting.popleft()
+            if self.hold and self.names.decode(call.name).kind in self.hold:
+                continue  # the gateway runs it once the answer ended (`end_answer`)
             self._close_open("completed")
             self._close_call(call, "completed")
             if call is self._live:
@@ -757,11 +819,12 @@ class OutputItemStreamer:
         if self._passing is not None:
             self._orphans(status)
 
-    @staticmethod
-    def _call_status(call: Call, status: str) -> str:
-        if status == "incomplete" and _whole_json("".join(call.args)):
-            return "completed"
-        return status
+    def _call_status(self, call: Call, status: str) -> str:
+        if status != "incomplete" or not _whole_json("".join(call.args)):
+            return status
+        if self.hold and self.names.decode(call.name).kind in self.hold:
+            return status  # a call the gateway would have run: it did not
+        return "completed"
 
     def _done_item(self, item: dict[str, Any], output_index: int, status: str) -> None:
         item["status"] = status
@@ -775,9 +838,9 @@ class OutputItemStreamer:
         response["status"] = status
         if status == "completed":
             response["completed_at"] = int(time.time())
-        u = self._usage
-        if u is None:
-            u = estimate_usage(self._prompt, self._output)
+        u = self._answer_usage()
+        if self._spent is not None:
+            u = _plus(self._spent, u)
         response["usage"] = usage_object(
             u.input_tokens,
             u.output_tokens,
@@ -820,8 +883,8 @@ class OutputItemStreamer:
 _S = OutputItemStreamer  # short, for the table
 HANDLERS: dict[type, Callable[[OutputItemStreamer, Any], None]] = {
     TextDelta: _S._on_content,
-    TextRun: _S._on_text_run,
-    ToolCallRun: _S._on_args_run,
+    TextRun: _S._on_run,
+    ToolCallRun: _S._on_run,
     LoggedText: _S._on_content,
     ReasoningDelta: _S._on_content,
     RefusalDelta: _S._on_content,
@@ -839,6 +902,17 @@ HANDLERS: dict[type, Callable[[OutputItemStreamer, Any], None]] = {
 }
 """Each delta's handler, called with the streamer (one table for every turn)."""
 del _S
+
+
+def _plus(a: Usage, b: Usage) -> Usage:
+    """Two answers' usage summed (one response of several backend answers)."""
+    return Usage(
+        a.input_tokens + b.input_tokens,
+        a.output_tokens + b.output_tokens,
+        a.cached_tokens + b.cached_tokens,
+        a.cache_write_tokens + b.cache_write_tokens,
+        a.reasoning_tokens + b.reasoning_tokens,
+    )
 
 
 def _whole_json(arguments: str) -> bool:

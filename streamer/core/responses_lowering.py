@@ -9,21 +9,28 @@ tools natively or as a function of one string `input`, hosted tools passed to a 
 runs them and left out otherwise (a `tool_choice` forcing one is then a 400). `tool_choice`
 and the calls in `input` are rewritten the same way. Ids in `input` are the gateway's: they
 are left out. Unknown fields and item types pass through.
+
+Each item is lowered on its own, so a turn that continues an earlier one's lowering
+(streamer/turns/history_reuse.py) lowers only its new items: `InputState` keeps the lowered items
+and their bytes (core/wire_messages.py), and the input is a `LoweredMessages` whose earlier
+part goes to the backend as those bytes.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import orjson
 
 from streamer.core.backend_tools import BACKEND_BLOB, BackendTools
-from streamer.core.call_kinds import CUSTOM, LOCAL_SHELL
+from streamer.core.call_kinds import CUSTOM, LOCAL_SHELL, MCP
 from streamer.core.errors import invalid
 from streamer.core.item_references import not_found
 from streamer.core.lowering import LoweringOptions, nearest_effort
 from streamer.core.tools import FlatTool, ResponsesToolNames
+from streamer.core.wire_messages import Encoded, LoweredMessages
 
 # What the gateway does itself (state, streaming, limits), never the backend.
 GATEWAY_FIELDS = frozenset(
@@ -49,22 +56,36 @@ CLIENT_TOOL_TYPES = ("function", "custom", "namespace", "local_shell")
 """Tool types the client runs (the rest are hosted: the backend runs them, or nobody)."""
 
 
+@dataclass(frozen=True, slots=True)
+class InputState:
+    """The lowered input after `count` items: what a later turn with the same first items
+    resumes from (its names: the map after them, kept beside it). Never changed."""
+
+    count: int
+    out: list[dict[str, Any]]  # the lowered items (an item the backend is not sent: none)
+    encoded: Encoded  # the bytes of all of `out`
+
+
 def lower_responses(
     request: Mapping[str, Any],
     items: list[dict[str, Any]],
     names: ResponsesToolNames,
     options: LoweringOptions,
     tools: BackendTools,
+    *,
+    resume: InputState | None = None,
+    keep: bool = False,
 ) -> dict[str, Any]:
-    """The backend's Responses request for `request`, whose effective input is `items`."""
+    """The backend's Responses request for `request`, whose effective input is `items`.
+    `resume`: the state after `items[:resume.count]` (a turn before this one, with the
+    same first items, tools and instructions; `names` the map as it left it): only the rest
+    is lowered. `keep`: the state after all of `items` is kept on the input, a
+    `LoweredMessages` (as it is whenever there is such a state)."""
     out: dict[str, Any] = {k: v for k, v in request.items() if k not in GATEWAY_FIELDS}
     model = options.model or request.get("model")
     if model:
         out["model"] = model
-    _register_spellings(names)
-    out["input"] = [
-        lowered for i, item in enumerate(items) if (lowered := _item(i, item, names, tools))
-    ]
+    out["input"] = _input(items, names, tools, resume, keep)
     out.update(_tools(request, names, tools))
     include = [
         v for v in request.get("include") or () if v != ENCRYPTED or tools.encrypted_reasoning
@@ -80,6 +101,29 @@ def lower_responses(
     for key in options.drop:
         out.pop(key, None)
     return out
+
+
+def _input(
+    items: list[dict[str, Any]],
+    names: ResponsesToolNames,
+    tools: BackendTools,
+    resume: InputState | None,
+    keep: bool,
+) -> list[dict[str, Any]]:
+    done: list[dict[str, Any]] = []
+    if resume is None:
+        _register_spellings(names)  # (a resumed map has them: its turn registered them)
+        at, encoded = 0, Encoded()
+    else:
+        at, done, encoded = resume.count, resume.out, resume.encoded
+    rest = [out for i in range(at, len(items)) if (out := _item(i, items[i], names, tools))]
+    if resume is None and not keep:
+        return rest
+    if not keep:
+        return LoweredMessages(done, 0, encoded, None, rest)
+    whole = [*done, *rest] if done else rest
+    state = InputState(len(items), whole, encoded.extend(whole))
+    return LoweredMessages(whole, 0, state.encoded, state)
 
 
 def _register_spellings(names: ResponsesToolNames) -> None:
@@ -111,7 +155,9 @@ def _item(
         return _function_call(out, *LOCAL_SHELL.as_function(names, index, item))
     if kind == "custom_tool_call_output" and not tools.custom:
         return _output(out)
-    if kind == "local_shell_call_output":
+    if kind == "mcp_call" and "call_id" in item:  # an MCP call the gateway ran (mcp_history)
+        return _function_call(out, *MCP.as_function(names, index, item))
+    if kind in ("local_shell_call_output", "mcp_call_output"):
         return _output(out)
     if kind == "reasoning":
         return _reasoning(out, tools)
@@ -184,7 +230,7 @@ def _tools(
     kept_hosted = [dict(t) for t in hosted if _runs(t, tools)]
     choice_value = request.get("tool_choice")
     forced = dict(choice_value) if isinstance(choice_value, Mapping) else {}
-    forced_hosted = _hosted_choice(forced)
+    forced_hosted = _hosted_choice(forced, tools)
     if forced_hosted and not any(t.get("type") == forced["type"] for t in kept_hosted):
         raise invalid(
             f"tool_choice forces the hosted tool {forced['type']!r}, which this "
@@ -215,8 +261,10 @@ def _runs(tool: Mapping[str, Any], tools: BackendTools) -> bool:
     return kind in tools.hosted
 
 
-def _hosted_choice(choice: Mapping[str, Any]) -> bool:
+def _hosted_choice(choice: Mapping[str, Any], tools: BackendTools) -> bool:
     kind = choice.get("type")
+    if kind == "mcp" and "mcp" not in tools.hosted:
+        return False  # the gateway runs the MCP servers: their tools are its functions
     return isinstance(kind, str) and kind not in (
         *CLIENT_TOOL_TYPES,
         "allowed_tools",

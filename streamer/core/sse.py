@@ -12,6 +12,13 @@ decoded one.
 Decoding is linear in the bytes fed, however long a line: a pending partial line grows
 in place (a bytearray) while reads without a line end arrive, and is copied out once,
 when its end comes. `copied` counts the pending bytes moved, for the tests.
+
+The framing emits one payload type, `bytes`, whichever path cut the event: `payloads` gives
+each event's data (its `data:` lines joined by `\n`), undecoded; an event sent with an
+`event:` name comes as a `NamedPayload` (bytes too, with the name: a decoder that reads
+names looks at `.event`; `named` counts them). A read that is whole `data:` events is cut in
+one C pass (the `sse` speed switch, core/speed.py); the line parser is its plain equivalent.
+`feed` is the text view of the same events (`SSEMessage`), for the tools.
 """
 
 from __future__ import annotations
@@ -22,6 +29,7 @@ from itertools import groupby
 from operator import itemgetter
 from typing import NamedTuple
 
+from streamer.core import speed
 from streamer.core.events import Event
 
 _BOM = b"\xef\xbb\xbf"
@@ -32,6 +40,25 @@ DEFAULT_MAX_SIZE = 16 * 1024 * 1024
 class SSEMessage(NamedTuple):
     event: str | None
     data: str
+
+
+class NamedPayload(bytes):
+    """The data of an event sent with an `event:` field; `event` is its name."""
+
+    event: str
+
+    def __new__(cls, data: bytes, event: str) -> NamedPayload:
+        self = super().__new__(cls, data)
+        self.event = event
+        return self
+
+    def __repr__(self) -> str:
+        return f"NamedPayload({bytes(self)!r}, {self.event!r})"
+
+
+def message(payload: bytes) -> SSEMessage:
+    """A payload as text, with its event name (None when it had none)."""
+    return SSEMessage(getattr(payload, "event", None), payload.decode("utf-8", "replace"))
 
 
 class SSEError(ValueError):
@@ -46,15 +73,18 @@ class SSEDecoder:
         "_data",
         "_data_size",
         "_event",
+        "_fast",
         "_first",
         "_raw",
         "_skip_lf",
         "copied",
         "max_size",
+        "named",
     )
 
-    def __init__(self, max_size: int = DEFAULT_MAX_SIZE) -> None:
+    def __init__(self, max_size: int = DEFAULT_MAX_SIZE, *, fast: bool | None = None) -> None:
         self.max_size = max_size
+        self._fast = speed.fast("sse") if fast is None else fast  # False: lines only
         self._buf = bytearray()  # the pending partial line, already free of \r
         self._data: list[bytes] = []  # data lines of the event being built
         self._data_size = 0
@@ -65,20 +95,20 @@ class SSEDecoder:
         # be one partial line (no line end), which then grows in place.
         self._raw: bytes | bytearray = b""
         self.copied = 0  # bytes of pending input copied again (linear: a few per byte fed)
+        self.named = 0  # the events given as a NamedPayload so far
 
     def feed(self, chunk: bytes) -> list[SSEMessage]:
-        """The events completed by `chunk`."""
-        return [
-            SSEMessage(None, m.decode("utf-8", "replace")) if isinstance(m, bytes) else m
-            for m in self.payloads(chunk)
-        ]
+        """The events completed by `chunk`, as text."""
+        return list(map(message, self.payloads(chunk)))
 
-    def payloads(self, chunk: bytes) -> list[bytes | SSEMessage]:
-        """Like `feed`, but a plain `data:` event comes back as its raw payload bytes.
+    def payloads(self, chunk: bytes) -> list[bytes]:
+        """The payloads of the events completed by `chunk` (see the module's docstring).
 
         This is the upstream's hot path: a JSON decoder takes the bytes as they are, so
         the common event costs no decoding and no object here at all.
         """
+        if not self._fast:
+            return self._feed_lines(chunk)
         raw = self._raw
         if raw:
             if b"\n" not in chunk and b"\r" not in chunk:
@@ -105,19 +135,19 @@ class SSEDecoder:
             fast = self._whole_events(chunk)
             if fast is not None:
                 return fast
-        out: list[bytes | SSEMessage] = self._feed_lines(chunk)  # type: ignore[assignment]
+        out = self._feed_lines(chunk)
         if self._buf and not (self._data or self._skip_lf) and self._event is None:
             # only a partial line pends: back to the fast path, the buffer moved, not copied
             self._raw, self._buf = self._buf, bytearray()
         return out
 
-    def _whole_events(self, chunk: bytes) -> list[bytes | SSEMessage] | None:
+    def _whole_events(self, chunk: bytes) -> list[bytes] | None:
         """`chunk` (nothing pending before it) as whole `data:` events, each ended by a blank
         line, their payloads raw: two regex passes in C instead of a loop per line; the
         unparsed tail waits, raw, for the next chunk. None: the block is not only that."""
         cut = chunk.rfind(b"\n\n") + 2
         if cut > 1 and len(chunk) - cut <= self.max_size and b"\r" not in chunk:
-            payloads: list[bytes | SSEMessage] = _DATA_PAYLOAD.findall(chunk, 0, cut)
+            payloads: list[bytes] = _DATA_PAYLOAD.findall(chunk, 0, cut)
             # Every match is `data: ` + payload + `\n\n`: if they add up to the whole
             # block, nothing else was in it (findall skips what does not match).
             if sum(map(len, payloads)) + 8 * len(payloads) == cut:
@@ -125,13 +155,12 @@ class SSEDecoder:
                 return payloads
         return None
 
-    def _feed_pending(self, raw: bytes, chunk: bytes) -> list[bytes | SSEMessage]:
+    def _feed_pending(self, raw: bytes, chunk: bytes) -> list[bytes]:
         """A raw tail holding whole lines: parse it now, so it pends as parser state."""
         self._raw = b""
-        out: list[bytes | SSEMessage] = [*self._feed_lines(raw), *self._feed_lines(chunk)]
-        return out
+        return [*self._feed_lines(raw), *self._feed_lines(chunk)]
 
-    def _feed_lines(self, chunk: bytes) -> list[SSEMessage]:
+    def _feed_lines(self, chunk: bytes) -> list[bytes]:
         """The general path: every line end and field kind, state kept across chunks."""
         if self._skip_lf and chunk:
             self._skip_lf = False
@@ -159,22 +188,23 @@ class SSEDecoder:
             self._buf += chunk[end + 1 :]
         return self._lines(block.split(b"\n"))
 
-    def close(self) -> list[SSEMessage]:
-        """End of stream: finish the pending line and dispatch an unterminated event."""
+    def close(self) -> list[bytes]:
+        """End of stream: finish the pending line and dispatch an unterminated event (its
+        payload, as `payloads` gives them)."""
         out = []
         if self._raw:
             raw, self._raw = self._raw, b""
             out = self._feed_lines(bytes(raw))
         return out + self._close_lines()
 
-    def _close_lines(self) -> list[SSEMessage]:
+    def _close_lines(self) -> list[bytes]:
         lines = [bytes(self._buf)] if self._buf else []
         self._buf.clear()
         self._skip_lf = False
         return self._lines([*lines, b""])
 
-    def _lines(self, lines: list[bytes]) -> list[SSEMessage]:
-        out: list[SSEMessage] = []
+    def _lines(self, lines: list[bytes]) -> list[bytes]:
+        out: list[bytes] = []
         if self._first and lines:
             self._first = False
             if lines[0].startswith(_BOM):
@@ -183,9 +213,7 @@ class SSEDecoder:
         for line in lines:
             if not line:
                 if data:
-                    event = self._event.decode("utf-8", "replace") if self._event else None
-                    raw = data[0] if len(data) == 1 else b"\n".join(data)
-                    out.append(SSEMessage(event, raw.decode("utf-8", "replace")))
+                    out.append(self._payload(self._event, data))
                     data.clear()
                     self._data_size = 0
                 self._event = None
@@ -207,6 +235,14 @@ class SSEDecoder:
             if self._data_size > self.max_size:
                 raise SSEError(f"an event-stream event exceeded {self.max_size} bytes")
         return out
+
+    def _payload(self, event: bytes | None, data: list[bytes]) -> bytes:
+        """One parsed event's payload: its data, named if it had a name."""
+        raw = data[0] if len(data) == 1 else b"\n".join(data)
+        if event:
+            self.named += 1
+            return NamedPayload(raw, event.decode("utf-8", "replace"))
+        return raw
 
 
 _prefixes: dict[str, bytes] = {}
@@ -231,7 +267,10 @@ def encode_many(events: Iterable[Event]) -> bytes:
     """Several events as one buffer, for a single write per backend read.
 
     Consecutive events of one type (a read's deltas) are joined in one C pass, with their
-    `event:` line as the separator: 4x less than three appends an event (bench_pipeline)."""
+    `event:` line as the separator: 4x less than three appends an event (bench_pipeline).
+    The `encode` speed switch (core/speed.py); `encode_each` is its plain equivalent."""
+    if not speed.fast("encode"):
+        return encode_each(events)
     parts: list[bytes] = []
     append = parts.append
     for type_, group in groupby(events, _type):

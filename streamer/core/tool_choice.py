@@ -127,7 +127,23 @@ def _resolve_entry(entry: Mapping[str, Any], base: str, idx: ChoiceIndex) -> tup
         if not members:
             raise invalid(f"Unknown namespace {ns!r} in tool_choice.", f"{base}.name")
         return tuple(dict.fromkeys(e.flat for es in members.values() for e in es))
+    if kind == "mcp":  # {server_label, name?}: that server's tool, or any of its tools
+        return _resolve_mcp(entry, base, idx)
     return ()
+
+
+def _resolve_mcp(entry: Mapping[str, Any], base: str, idx: ChoiceIndex) -> tuple[str, ...]:
+    label, name = entry.get("server_label"), entry.get("name")
+    members = idx.by_ns.get(label) if isinstance(label, str) else None
+    found = [e for es in (members or {}).values() for e in es if e.kind == "mcp"]
+    if not found:  # no server the gateway runs by that label: a hosted tool, as OpenAI's
+        return ()
+    if name is None:
+        return tuple(dict.fromkeys(e.flat for e in found))
+    named = tuple(e.flat for e in found if e.name == name)
+    if not named:
+        raise invalid(f"The MCP server {label!r} has no tool {name!r}.", f"{base}.name")
+    return named[:1]
 
 
 def _resolve_name(entry: Mapping[str, Any], kind: str, base: str, idx: ChoiceIndex) -> str:

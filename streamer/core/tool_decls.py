@@ -17,7 +17,9 @@ from streamer.core.client_tools import CLIENT_TOOLS, runs_on_client
 from streamer.core.errors import invalid
 from streamer.core.tool_templates import SOURCE_ITEMS as _SOURCE_ITEMS
 
-ToolKind = Literal["function", "custom", "tool_search", "local_shell", "shell", "apply_patch"]
+ToolKind = Literal[
+    "function", "custom", "tool_search", "local_shell", "shell", "apply_patch", "mcp"
+]
 # Tools named by their type, one of each.
 FIXED_NAME_KINDS = ("tool_search", "local_shell", "shell", "apply_patch")
 
@@ -145,7 +147,9 @@ def _collect(lst: Sequence[Any], base: str, out: list[Decl], seen: set[_Key]) ->
                 _add(None, kind, CLIENT_TOOLS[kind].kind, tool, None, p, local, out, seen)
         elif not isinstance(kind, str):
             raise invalid("A tool needs a string 'type'.", f"{p}.type")
-        # Any other type is a hosted tool: echoed to the client, never sent to the backend.
+        # `mcp`: a server the gateway lists; its tools are declared once listed
+        # (`ResponsesToolNames.declare`). Any other type is a hosted tool: run by a backend
+        # that takes it, else refused or left out (core/hosted_tools.py).
 
 
 def _own_namespace(tool: Mapping[str, Any]) -> str | None:

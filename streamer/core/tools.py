@@ -17,7 +17,7 @@ from itertools import count
 from typing import Any, Literal, get_args
 
 from streamer.core.tool_choice import ChoiceIndex, Entry, resolve_choice
-from streamer.core.tool_decls import FIXED_NAME_KINDS, ToolKind, declarations
+from streamer.core.tool_decls import FIXED_NAME_KINDS, Decl, ToolKind, declarations
 from streamer.core.tool_templates import ToolTemplates
 
 __all__ = [
@@ -92,7 +92,9 @@ class ResolvedChoice:
 class ResponsesToolNames:
     """Request-local two-way map between flat names and identities, plus the flat tool list."""
 
-    __slots__ = ("_by_flat", "_by_identity", "_config", "_declared", "_index", "_legal", "tools")
+    __slots__ = (
+        "_by_flat", "_by_identity", "_config", "_declared", "_index", "_legal", "_memo", "tools",
+    )  # fmt: skip
 
     tools: list[FlatTool]
 
@@ -104,6 +106,9 @@ class ResponsesToolNames:
         self._by_identity: dict[ToolIdentity, str] = {}
         self._declared: dict[str, FlatTool] = {}
         self._index: ChoiceIndex | None = None
+        # encode's answers by its arguments as given: a history replays the same few tools
+        # hundreds of times (an answer never changes once given: names are only added)
+        self._memo: dict[tuple[str | None, str, str], str] = {}
         self.tools = []
 
     # -- building -----------------------------------------------------------------------
@@ -169,12 +174,26 @@ class ResponsesToolNames:
         self._declared = {t.name: t for t in self.tools}
         return self
 
+    def declare(self, decls: Iterable[Decl]) -> None:
+        """More callable tools, after the request's own (an MCP server's listed tools, kind
+        `mcp`, one namespace per server): each gets a flat name by the same builder, so a
+        name the client's tools hold already is aliased, never shared."""
+        for d in decls:
+            ident = ToolIdentity(d.namespace, d.name, d.kind)
+            if ident in self._by_identity:
+                continue
+            tool = FlatTool(self._assign(ident), ident, d.description, d.parameters, d.strict)
+            self.tools.append(tool)
+            self._declared[tool.name] = tool
+        self._index = None
+
     def copy(self) -> ResponsesToolNames:
         """An independent map with the same names (a request registers its own later)."""
         other = ResponsesToolNames.__new__(ResponsesToolNames)
         other._config, other._legal, other._index = self._config, self._legal, None
         other._by_flat = dict(self._by_flat)
         other._by_identity = dict(self._by_identity)
+        other._memo = dict(self._memo)
         other._declared = dict(self._declared)
         other.tools = list(self.tools)
         return other
@@ -231,6 +250,15 @@ class ResponsesToolNames:
 
     def encode(self, namespace: str | None, name: str, kind: ToolKind = "function") -> str:
         """The flat name for a replayed call; undeclared identities get one too (registered)."""
+        if name.__class__ is str and (namespace is None or namespace.__class__ is str):
+            key = (namespace, name, kind)
+            flat = self._memo.get(key)
+            if flat is None:
+                flat = self._memo[key] = self._encode(namespace, name, kind)
+            return flat
+        return self._encode(namespace, name, kind)
+
+    def _encode(self, namespace: str | None, name: str, kind: ToolKind) -> str:
         if not isinstance(name, str):
             name = "" if name is None else str(name)
         if namespace is not None and not isinstance(namespace, str):
@@ -242,6 +270,8 @@ class ResponsesToolNames:
         flat = self._by_identity.get(ident)
         if flat is not None:
             return flat
+        if kind == "mcp":  # an MCP server's tool is that server's, or new (never a client's)
+            return self._assign(ident)
         namespaces = [ns]
         if ns is not None and ns == name:  # deferred top-level function loaded by search
             namespaces.append(None)

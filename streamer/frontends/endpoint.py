@@ -25,16 +25,18 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from types import TracebackType
 from typing import Any, Protocol
 
 import orjson
 
-from streamer import logs
+from streamer import logs, tracing
 from streamer.core import json_bounds, sse
 from streamer.core.errors import RequestError, invalid, shutting_down, store_unavailable
 from streamer.core.events import Event
+from streamer.core.identity import client_identity
+from streamer.core.replayed_json import MIN_BYTES, ReplayedBodies
 from streamer.core.response import new_id
 from streamer.frontends.api_keys import ApiKeys, credential
 from streamer.frontends.keepalive import Keepalive
@@ -51,11 +53,20 @@ log = logging.getLogger("streamer.frontends.endpoint")
 REQUEST_ID = "X-Request-Id"
 
 
-def parse_body(raw: bytes, max_values: int = json_bounds.MAX_VALUES) -> Any:
+def parse_body(
+    raw: bytes,
+    max_values: int = json_bounds.MAX_VALUES,
+    bodies: ReplayedBodies | None = None,
+    authorization: str | None = None,
+) -> Any:
     """A request body as JSON, or the 400 that says why not (not JSON, or JSON beyond the
     bounds of `json_bounds`: too deep, too many values): the one place a request body is
-    parsed, on both servers (`Endpoint.parse`)."""
+    parsed, on both servers (`Endpoint.parse`). `bodies`: a long body that replays a recent
+    one of the same Authorization is parsed past its bytes only (core/replayed_json.py)."""
     try:
+        if bodies is not None and len(raw) >= MIN_BYTES:
+            client = client_identity(authorization) if authorization else ""
+            return bodies.loads(raw, client, max_values)
         return json_bounds.loads(raw, max_values)
     except orjson.JSONDecodeError as exc:
         raise invalid(
@@ -117,21 +128,36 @@ class Decorations:
 
 class Observed:
     """One request as operators see it: its id (the client's `X-Request-Id` when sane),
-    the request metric and the access line. `status` is the answer's, set by whoever
-    answers; 500 if nothing did, 499 if the client left first."""
+    the request metric and the access line (with its turn's fields, `logs.request_fields`),
+    and (tracing on) the client's `traceparent` in `headers` continued. `status` is the
+    answer's, set by whoever answers; 500 if nothing did, 499 if the client left first."""
 
-    __slots__ = ("_token", "method", "metrics", "path", "rid", "route", "started", "status")
+    __slots__ = (
+        "_fields", "_token", "_trace", "headers", "method", "metrics", "path", "rid", "route",
+        "started", "status",
+    )  # fmt: skip
 
     def __init__(
-        self, metrics: Metrics, method: str, route: str, path: str, offered: str | None
+        self,
+        metrics: Metrics,
+        method: str,
+        route: str,
+        path: str,
+        offered: str | None,
+        headers: Mapping[str, str] | None = None,
     ) -> None:
         self.started = time.monotonic()
         self.metrics, self.method, self.route, self.path = metrics, method, route, path
         self.rid = choose_request_id(offered, new_id("req"))
         self.status = 500
+        self.headers = headers
 
     def __enter__(self) -> Observed:
         self._token = logs.request_id.set(self.rid)
+        # the turn's part of the access line goes here (nothing to hold with it off)
+        self._fields = logs.request_fields.set({}) if logs.access_on() else None
+        headers = self.headers
+        self._trace = tracing.continue_trace(headers) if headers is not None else None
         return self
 
     def __exit__(
@@ -140,7 +166,13 @@ class Observed:
         if kind is not None and issubclass(kind, asyncio.CancelledError):
             self.status = 499  # the client went away first
         self.metrics.request(self.method, self.route, self.status)
-        logs.access(self.method, self.path, self.status, self.started)
+        tracing.restore(self._trace)
+        fields = self._fields
+        if fields is not None:
+            logs.access(
+                self.method, self.path, self.status, self.started, logs.request_fields.get()
+            )
+            logs.request_fields.reset(fields)
         logs.request_id.reset(self._token)
 
 
@@ -241,9 +273,10 @@ class Endpoint:
         taken = check_coding(coding)
         return BodyReader(taken, self.max_body, self.max_decoded, length)
 
-    def parse(self, raw: bytes) -> Any:
-        """The body as JSON, within `--max-json-values` (`parse_body`)."""
-        return parse_body(raw, self.max_json_values)
+    def parse(self, raw: bytes, authorization: str | None = None) -> Any:
+        """The body as JSON, within `--max-json-values` (`parse_body`; a replay of a recent
+        body of the same `authorization` parsed past it: `Gateway.bodies`)."""
+        return parse_body(raw, self.max_json_values, self.gateway.bodies, authorization)
 
     async def prepare(self, body: Any, who: str | None, authorization: str | None) -> Turn:
         """Validate and lower a request for the client it acts for."""
@@ -274,5 +307,12 @@ class Endpoint:
             sink.close()
         await sink.end()
 
-    def observe(self, method: str, route: str, path: str, offered: str | None) -> Observed:
-        return Observed(self.gateway.metrics, method, route, path, offered)
+    def observe(
+        self,
+        method: str,
+        route: str,
+        path: str,
+        offered: str | None,
+        headers: Mapping[str, str] | None = None,
+    ) -> Observed:
+        return Observed(self.gateway.metrics, method, route, path, offered, headers)

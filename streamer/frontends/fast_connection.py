@@ -43,7 +43,7 @@ MAX_LENGTH_DIGITS = 18
 # the fields the fast path reads (each given at most once), and those it leaves to aiohttp
 WANTED = frozenset(
     {"content-length", "content-type", "content-encoding", "connection", "authorization"}
-    | {"x-request-id"}
+    | {"x-request-id", "traceparent", "tracestate"}  # tracestate: a client's trace (tracing.py)
 )
 REFUSED = frozenset({"transfer-encoding", "expect", "upgrade", "te", "trailer"})
 REFUSED |= {"sec-websocket-key1"}  # aiohttp refuses the old WebSocket handshake

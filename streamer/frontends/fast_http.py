@@ -159,7 +159,7 @@ class FastRoute:
         self.stats["fast_http_requests"] += 1
         offered = request.headers.get("x-request-id")
         try:
-            with self.endpoint.observe("POST", PATH, PATH, offered) as seen:
+            with self.endpoint.observe("POST", PATH, PATH, offered, request.headers) as seen:
                 seen.status = await self._answer(conn, request, body, seen.rid)
         except ConnectionResetError:  # gone before its answer began: nobody to tell
             conn.close()
@@ -298,7 +298,7 @@ class FastProtocol(asyncio.Protocol):
         request = self.conn.request
         assert request is not None
         try:
-            body = self.route.endpoint.parse(request.body)
+            body = self.route.endpoint.parse(request.body, request.headers.get("authorization"))
         except RequestError as exc:
             body = exc.with_traceback(None)  # its frames would hold the body until answered
         if type(body) is dict and body.get("background"):  # aiohttp's: its snapshot, its follow

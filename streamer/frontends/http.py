@@ -78,7 +78,7 @@ async def read_json(request: web.Request) -> Any:
     except web.RequestPayloadError:  # broken chunked framing: the rest cannot be trusted
         _abandon(request)
         raise unreadable("its chunked framing is broken") from None
-    return endpoint.parse(reader.finish())
+    return endpoint.parse(reader.finish(), headers.get("Authorization"))
 
 
 class _Reply:
@@ -132,7 +132,7 @@ async def create_response(request: web.Request) -> web.StreamResponse:
 
 
 async def compact(request: web.Request) -> web.StreamResponse:
-    """POST /v1/responses/compact: the compaction turn of the trigger (streamer/compaction.py),
+    """POST /v1/responses/compact: the compaction turn of the trigger (streamer/core/compaction.py),
     answered as a `response.compaction` object."""
     endpoint = request.app[ENDPOINT]
     endpoint.open()

@@ -47,7 +47,7 @@ async def observe_middleware(request: web.Request, handler: Handler) -> web.Stre
     route = resource.canonical if resource is not None else "unmatched"
     metrics = request.app[GATEWAY].metrics
     offered = request.headers.get("X-Request-Id")
-    with Observed(metrics, request.method, route, request.path, offered) as seen:
+    with Observed(metrics, request.method, route, request.path, offered, request.headers) as seen:
         request[REQUEST_ID] = seen.rid  # `decorate` puts it on the answer, streamed or not
         # a WebSocket's handler lasts as long as its socket
         socket = request.headers.get("Upgrade", "").lower() == "websocket"

@@ -214,8 +214,7 @@ class Session:
             return
         # References, not copies: items are never mutated once a turn is built, and
         # sharing them keeps a long session's memory linear in its length.
-        history = (*turn.items, *turn.response["output"])
-        self.rules.remember(turn.response["id"], lane, history)
+        self.rules.remember(turn.response["id"], lane, self.gateway.continuation(turn))
 
     # -- sending ------------------------------------------------------------------
 

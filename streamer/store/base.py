@@ -54,6 +54,10 @@ class StoredResponse:
     input_items: list[dict[str, Any]] = field(default_factory=list)
     owner: str | None = None
     affinity: str | None = None
+    # a hint: its first n input items are the record `id`'s, as stored (ids and all), so a
+    # store may share what it holds of them (the memory store does) instead of encoding
+    # them again; a store may ignore it
+    extends: tuple[str, int] | None = None
 
     @property
     def id(self) -> str:
@@ -194,6 +198,11 @@ def record_item_ids(response: dict[str, Any], items: Sequence[dict[str, Any]]) -
     every = [*items, *(output if isinstance(output, list) else ())]
     ids = (item.get("id") for item in every if isinstance(item, dict))
     return list(dict.fromkeys(i for i in ids if isinstance(i, str) and i))
+
+
+def input_ids(items: Sequence[dict[str, Any]]) -> list[str]:
+    """The ids of input items stored with one (`with_item_ids`), those that are strings."""
+    return [i for i in (item.get("id") for item in items) if isinstance(i, str) and i]
 
 
 def find_item(record: StoredResponse, item_id: str) -> dict[str, Any] | None:

@@ -20,6 +20,7 @@ from streamer.store.base import (
     Order,
     StoredResponse,
     find_item,
+    input_ids,
     is_terminal,
     page_items,
     record_item_ids,
@@ -29,6 +30,7 @@ from streamer.store.base import (
 from streamer.store.cancels import Cancels
 
 MiB = 1024 * 1024
+MAX_PIECES = 32  # a record's pieces past this are joined into one (a long session)
 _ENTRY_OVERHEAD = 256  # dict slots, keys and bookkeeping, roughly
 _EVENT_OVERHEAD = 64
 
@@ -54,6 +56,19 @@ class _Log:
         self.wake()
 
 
+class _Chain:
+    """Records that each took over all the ids of the one before (`StoredResponse.extends`):
+    the item index points an id at its chain, and the chain's `head` (its latest record,
+    which holds every id of it) answers for it; `ids`: every id pointed here."""
+
+    __slots__ = ("head", "ids", "whole")
+
+    def __init__(self, head: str, ids: list[str]) -> None:
+        self.head: str | None = head
+        self.ids = ids
+        self.whole = True  # every id pointed here still is (False: another record took some)
+
+
 @dataclass(slots=True)
 class _Lease:
     holder: str
@@ -65,18 +80,46 @@ class _Lease:
 class _Entry:
     expires: float
     response: bytes | None = None  # None: only an event log exists so far
-    items: bytes = b"[]"
+    # the input items' JSON, as pieces (the elements, comma-joined, no brackets): a record
+    # that extends another shares its pieces (`StoredResponse.extends`), so a conversation
+    # of T turns holds its history once, not T times; `count`: the items in them
+    items: tuple[bytes, ...] = ()
+    count: int = 0
     owner: str | None = None
     affinity: str | None = None
     log: _Log | None = None
     size: int = 0
-    item_ids: list[str] = field(default_factory=list)  # what the item index holds for it
+    chain: _Chain | None = None  # where its ids are indexed (None: no record yet)
+    output_ids: list[str] = field(default_factory=list)  # its output items' ids
+    own_ids: int = 0  # the ids it added to the index, and their characters
+    own_id_chars: int = 0
 
     def measure(self) -> int:
-        record = len(self.response or b"") + len(self.items)
-        record += len(self.owner or "") + len(self.affinity or "")
-        record += sum(len(i) + _ENTRY_OVERHEAD for i in self.item_ids)
+        """What it holds, shared pieces counted in every record that holds them."""
+        record = len(self.response or b"") + sum(map(len, self.items)) + len(self.owner or "")
+        record += len(self.affinity or "") + self.own_id_chars + _ENTRY_OVERHEAD * self.own_ids
         return _ENTRY_OVERHEAD + record + (self.log.size if self.log else 0)
+
+    def items_json(self) -> bytes:
+        return b"[" + b",".join(self.items) + b"]"
+
+
+def _continued_chain(
+    base: _Entry | None, record: StoredResponse, new_ids: list[str]
+) -> _Chain | None:
+    """`base`'s chain if `record` takes over every id of it: `base` is the chain's latest
+    record, its output is in `record`'s input, and no other record took ids of the chain
+    since (a fork from an earlier record, or one without that output, or after another
+    took some, starts a chain of its own)."""
+    if base is None or base.chain is None or record.extends is None or not base.chain.whole:
+        return None
+    if base.chain.head != record.extends[0] or not set(base.output_ids) <= set(new_ids):
+        return None
+    return base.chain
+
+
+def _capped(pieces: tuple[bytes, ...]) -> tuple[bytes, ...]:
+    return (b",".join(pieces),) if len(pieces) > MAX_PIECES else pieces
 
 
 class MemoryStore:
@@ -99,9 +142,10 @@ class MemoryStore:
         self._clock = clock
         self._entries: OrderedDict[str, _Entry] = OrderedDict()
         self._cancels = Cancels(max_responses, ttl_seconds, clock)
-        # item id -> the live record that last held it (item_reference); an entry's ids
-        # leave with it, so the index is bounded by the records (and counted in their size).
-        self._items: dict[str, str] = {}
+        # item id -> the chain of the live record that last held it (item_reference); a
+        # chain's ids leave with its head, so the index is bounded by the records (and
+        # counted in their size)
+        self._items: dict[str, _Chain] = {}
         self._bytes = 0
         self._secrets: dict[str, bytes] = {}
         # response id -> its lease (background turns running, and the turns being ended);
@@ -120,27 +164,69 @@ class MemoryStore:
     async def put(self, record: StoredResponse) -> None:
         response_id = record.id
         entry = self._live(response_id) or self._insert(response_id)
-        items = with_item_ids(record.input_items)
         entry.response = orjson.dumps(record.response)
-        entry.items = orjson.dumps(items)
         entry.owner = record.owner
         entry.affinity = record.affinity
         self._unindex(response_id, entry)
-        entry.item_ids = record_item_ids(record.response, items)
-        for item_id in entry.item_ids:
-            self._items[item_id] = response_id
+        base = self._base(record, response_id)
+        entry.output_ids = record_item_ids(record.response, ())
+        if base is None:
+            items = with_item_ids(record.input_items)
+            entry.items = (orjson.dumps(items)[1:-1],) if items else ()
+        else:  # its first items are `base`'s: only the rest is encoded
+            items = with_item_ids(record.input_items[base.count :])
+            blob = (orjson.dumps(items)[1:-1],) if items else ()
+            entry.items = _capped((*base.items, *blob))
+        entry.count = len(record.input_items)
+        new_ids = list(dict.fromkeys([*input_ids(items), *entry.output_ids]))
+        chain = _continued_chain(base, record, new_ids)
+        if chain is None:  # a chain of its own: every id it holds points here
+            every = input_ids(with_item_ids(record.input_items)) if base is not None else []
+            new_ids = list(dict.fromkeys([*every, *new_ids]))
+            chain = _Chain(response_id, [])
+            for taken in set(map(self._items.get, new_ids)) - {None}:
+                taken.whole = False  # type: ignore[union-attr]  # some of its ids are ours
+        else:  # its base's chain goes on in it: the ids already there stay, pointing at it
+            chain.head = response_id
+            new_ids = [i for i in new_ids if self._items.get(i) is not chain]
+            for taken in set(map(self._items.get, new_ids)) - {None}:
+                taken.whole = False  # type: ignore[union-attr]  # (an id met again)
+        entry.chain = chain
+        chain.ids += new_ids
+        self._items.update(dict.fromkeys(new_ids, chain))
+        entry.own_ids, entry.own_id_chars = len(new_ids), sum(map(len, new_ids))
         self._written(response_id, entry)
 
+    def _base(self, record: StoredResponse, response_id: str) -> _Entry | None:
+        """The live record `record` extends, if it holds what the hint says it does."""
+        if record.extends is None:
+            return None
+        base_id, count = record.extends
+        base = self._live(base_id) if base_id != response_id else None
+        if base is None or base.response is None or base.count != count:
+            return None
+        if count > len(record.input_items):
+            return None
+        return base
+
     async def get_item(self, item_id: str, *, owner: str | None = None) -> dict[str, Any] | None:
-        response_id = self._items.get(item_id)
+        chain = self._items.get(item_id)
+        response_id = chain.head if chain is not None else None
         record = await self.get(response_id, owner=owner) if response_id is not None else None
         return find_item(record, item_id) if record is not None else None
 
     def _unindex(self, response_id: str, entry: _Entry) -> None:
-        for item_id in entry.item_ids:
-            if self._items.get(item_id) == response_id:
-                del self._items[item_id]
-        entry.item_ids = []
+        """Its ids leave the index if it is its chain's head (the last record to hold them,
+        as the plain index would have them point); a record before it leaves none."""
+        chain, entry.chain = entry.chain, None
+        if chain is None or chain.head != response_id:
+            return
+        chain.head = None
+        items = self._items
+        for item_id in chain.ids:
+            if items.get(item_id) is chain:
+                del items[item_id]
+        chain.ids = []
 
     async def get(self, response_id: str, *, owner: str | None = None) -> StoredResponse | None:
         entry = self._record(response_id, owner)
@@ -148,7 +234,7 @@ class MemoryStore:
             return None
         return StoredResponse(
             orjson.loads(entry.response),
-            orjson.loads(entry.items),
+            orjson.loads(entry.items_json()),
             entry.owner,
             entry.affinity,
         )
@@ -183,7 +269,7 @@ class MemoryStore:
         entry = self._record(response_id, owner)
         if entry is None or entry.response is None:
             return None
-        return page_items(orjson.loads(entry.items), limit=limit, order=order, after=after)
+        return page_items(orjson.loads(entry.items_json()), limit=limit, order=order, after=after)
 
     # -- background event logs -------------------------------------------------------------
 

@@ -1,4 +1,6 @@
-"""Store operations as operators see them: one count per operation and outcome.
+"""Store operations as operators see them: one count per operation and outcome, and a
+span each (`span`: the app passes streamer/tracing.py's, which makes one only inside a
+trace and none when tracing is off).
 
 `observe_store` instruments a store in place (its public coroutines are replaced on the
 instance), so the object keeps its class: code and tests that ask `isinstance(store,
@@ -41,15 +43,39 @@ class _Labelled(Protocol):
     def labels(self, *values: str) -> Any: ...
 
 
-def observe_store(store: S, counter: _Labelled, incomplete: _Labelled | None = None) -> S:
+class SpanFactory(Protocol):
+    """`tracing.span`'s shape: a context manager over one operation."""
+
+    def __call__(
+        self, name: str, attributes: dict[str, str], kind: str, *, nested: bool
+    ) -> contextlib.AbstractContextManager[object]: ...
+
+
+def no_span(
+    name: str, attributes: dict[str, str], kind: str, *, nested: bool
+) -> contextlib.AbstractContextManager[object]:
+    return _NO_SPAN
+
+
+_NO_SPAN = contextlib.nullcontext()
+
+
+def observe_store(
+    store: S,
+    counter: _Labelled,
+    incomplete: _Labelled | None = None,
+    span: SpanFactory = no_span,
+) -> S:
     """Count every call of `store`'s operations in `counter` (labels: operation, outcome),
-    and what it finds incomplete in `incomplete` (label: what, `record` or `events`)."""
+    and what it finds incomplete in `incomplete` (label: what, `record` or `events`); each
+    call inside `span(f"store {operation}", ...)`."""
     if incomplete is not None and hasattr(store, "on_incomplete"):
         store.on_incomplete = lambda what: incomplete.labels(what).inc()
+    system = type(store).__name__.removesuffix("Store").lower()  # memory, redis, sqlite
     for name in _COUNTED:
         method = getattr(store, name, None)
         if method is not None:
-            setattr(store, name, _counted(name, method, counter))
+            setattr(store, name, _counted(name, method, counter, system, span))
     events = getattr(store, "events", None)
     if events is not None:
         setattr(store, "events", _counted_events(events, counter))  # noqa: B010
@@ -57,12 +83,20 @@ def observe_store(store: S, counter: _Labelled, incomplete: _Labelled | None = N
 
 
 def _counted(
-    name: str, method: Callable[..., Awaitable[Any]], counter: _Labelled
+    name: str,
+    method: Callable[..., Awaitable[Any]],
+    counter: _Labelled,
+    system: str = "",
+    span: SpanFactory = no_span,
 ) -> Callable[..., Awaitable[Any]]:
+    span_name = f"store {name}"
+    attributes = {"db.operation.name": name, "db.system.name": system or "store"}
+
     @functools.wraps(method)
     async def call(*args: Any, **kwargs: Any) -> Any:
         try:
-            result = await method(*args, **kwargs)
+            with span(span_name, attributes, "client", nested=True):
+                result = await method(*args, **kwargs)
         except Exception:
             counter.labels(name, "error").inc()
             raise

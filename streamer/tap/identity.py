@@ -15,7 +15,7 @@ if TYPE_CHECKING:
     from streamer.core.tools import ResponsesToolNames
 
 # the call items that name their tool, by type, and those whose type is the tool
-CALL_KINDS = {row.call_type: row.kind for row in ROWS.values() if row.named}
+CALL_KINDS = {row.call_type: row.kind for row in ROWS.values() if row.named and not row.hosted}
 CALL_TYPES = tuple(CALL_KINDS)
 _FIXED_CALLS = {row.call_type: row.kind for row in ROWS.values() if not row.named}
 DEFAULT_NAMESPACES = (None, "", "functions")  # Codex routes these as "no namespace"

@@ -182,7 +182,7 @@ class Item:
         if given is None:
             return
         if self.args_streamed:
-            field_name = "arguments" if self.type == "function_call" else "input"
+            field_name = "input" if self.type == "custom_tool_call" else "arguments"
             if given.get(field_name) != "".join(self.args):
                 flag("done.mismatch", f"item {field_name} differ from the concatenated deltas")
         for (family, index), part in self.parts.items():

@@ -31,6 +31,7 @@ from websockets.asyncio.client import connect as ws_connect
 
 from streamer.core.events import STREAM_END_TYPES
 from streamer.core.sse import SSEDecoder, SSEError
+from streamer.core.sse import message as sse_message
 from streamer.upstream.kind import TapDecoder, TapReading
 from streamer.upstream.kinds import KINDS
 
@@ -84,7 +85,9 @@ class _Decoder:
             chunk, self.pending = self.pending, b""
         if self.mode == "sse":
             try:
-                messages = self.sse.feed(chunk) if chunk else self.sse.close()
+                messages = (
+                    self.sse.feed(chunk) if chunk else list(map(sse_message, self.sse.close()))
+                )
             except SSEError as err:
                 raise SourceError(str(err)) from err
             return [a for m in messages for a in self._sse_message(m.event, m.data, t)]

@@ -26,13 +26,15 @@ from streamer.core.errors import (
 )
 from streamer.core.events import Event
 from streamer.core.identity import request_client
+from streamer.core.replayed_json import ReplayedBodies
+from streamer.mcp.client import McpClients
 from streamer.metrics import Metrics
 from streamer.store import ResponseStore, StoredResponse, StoreUnavailable
 from streamer.store.health import StoreHealth
 from streamer.turns import conversations
 from streamer.turns.in_flight import InFlight, Stop
 from streamer.turns.observe import Observation, open_recording
-from streamer.turns.options import turn_options
+from streamer.turns.options import mcp_settings, turn_options
 from streamer.turns.quiet_trim import QuietTrim, malloc_trim
 from streamer.turns.recorder import TapDirectory
 from streamer.turns.records import stored, unstored
@@ -106,13 +108,19 @@ class Gateway:
         self.store = store
         self.background = background
         self.options = options or turn_options(settings)
+        # long request bodies, for the next one that replays one (core/replayed_json.py):
+        # a quarter of --history-cache-bytes
+        cache = settings.history_cache_bytes
+        self.bodies = ReplayedBodies(cache // 4) if cache > 0 else None
         self.in_flight = InFlight()
         # --readyz-cache-seconds: how often a store known to be down is asked again
         self.store_health = StoreHealth(store, settings.readyz_cache_seconds)
         self.conversations = conversations.Conversations(store, settings.max_input_items)
         self.stats: dict[str, int] = {"http_turns": 0, "ws_connections": 0, "ws_turns": 0}
         self.metrics = Metrics()
+        self.metrics.per_client = bool(settings.client_keys())  # a bounded set of clients
         self.tap = TapDirectory(settings.tap_dir) if settings.tap_dir else None
+        self.mcp = McpClients(mcp_settings(settings))  # remote MCP servers' tool lists
         self.quiet = QuietTrim(
             settings.trim_after, malloc_trim() if settings.trim_after > 0 else None
         )
@@ -141,13 +149,13 @@ class Gateway:
         the WebSocket connection's id (its turns keep to one replica).
         """
         plan = self.upstreams.plan(body)  # the model named: 404 for one the config lacks
-        affinity = None
+        affinity = base = None
         if history is None:
             previous = body.get("previous_response_id") if isinstance(body, dict) else None
             # absent, or a type error that validation reports with its param
-            record = await self.continued(previous, client) if isinstance(previous, str) else None
-            history = _history_of(record)
-            affinity = record.affinity if record is not None else None
+            history = []
+            if isinstance(previous, str):
+                history, base, affinity = await self.continued_history(previous, client)
         conversation = None
         if isinstance(body, dict) and body.get("conversation") is not None:
             conversation, body, history = await self.conversation(body, history, client)
@@ -156,10 +164,44 @@ class Gateway:
         turn = prepare(body, plan.route.options.turn, history=history, client=client or "")
         await self.check_store(turn.request)  # valid: a store outage is no reason for a 400
         self.upstreams.bind(turn, plan, session, inherited=affinity)
-        turn.conversation, turn.new_from = conversation, len(history)
+        turn.conversation, turn.new_from, turn.stored_base = conversation, len(history), base
+        turn.mcp_clients = self.mcp
         if authorization and self.settings.forward_authorization:
             turn.headers["Authorization"] = authorization
         return turn
+
+    async def continued_history(
+        self, previous: str, client: str | None
+    ) -> tuple[Sequence[dict[str, Any]], tuple[str, int] | None, str | None]:
+        """`history`, the record's base and its affinity key. For a response this process
+        stored with a kept turn, its input comes from there (`HistoryCache.stored_input`)
+        and the store is asked only for the response (is it still there, for this client;
+        its output); the base is `(previous, how many items are its input)`
+        (`Turn.stored_base`), else None."""
+        cache = self.options.history
+        kept = cache.stored_input(previous, client) if cache is not None else None
+        if cache is None or kept is None:
+            record = await self.continued(previous, client)
+            return _history_of(record), None, record.affinity if record is not None else None
+        stored, affinity = kept
+        try:
+            response = await self.store.get_response(previous, owner=client)
+        except StoreUnavailable as exc:
+            raise store_unavailable(exc) from None
+        if response is None:
+            raise previous_not_found(previous)
+        output = [*map(dict, response.get("output") or [])]
+        history = cache.continuation(previous, stored, output)
+        return history, (previous, len(stored)), affinity
+
+    def continuation(self, turn: Turn) -> tuple[dict[str, Any], ...]:
+        """`(*turn.items, *output)`: what a continuation of the turn starts from (a
+        WebSocket's remembered response), marked on the kept turn as made from it."""
+        output = turn.response.get("output") or []
+        cache = self.options.history
+        if cache is None:
+            return (*turn.items, *output)
+        return cache.continuation(turn.response["id"], turn.items, output)
 
     async def check_store(self, request: Mapping[str, Any]) -> None:
         """A `store: true` turn while the store is known to refuse writes: a 503 now,
@@ -366,8 +408,9 @@ class Gateway:
         the Response's own field), counted and logged."""
         if turn.request.get("store") is False:
             return True
+        record = stored(turn)
         try:
-            await self.store.put(stored(turn))
+            await self.store.put(record)
         except Exception as exc:
             self.store_health.wrote(False)
             self.metrics.not_stored.inc()
@@ -376,6 +419,10 @@ class Gateway:
                         turn.response["id"], exc)  # fmt: skip
             return False
         self.store_health.wrote(True)
+        if self.options.history is not None:  # its continuation need not read it back
+            self.options.history.recorded(
+                record.id, record.owner, record.input_items, record.affinity
+            )
         return True
 
     async def extend_conversation(self, turn: Turn) -> None:

@@ -20,11 +20,15 @@ from functools import partial
 from typing import Any
 
 from streamer.config import PROFILE_SETTINGS, SETTINGS, Setting, Settings
+from streamer.core.mcp_loop import McpLimits
 from streamer.core.model_catalog import output_limits
 from streamer.core.model_metadata import load_model_catalog
 from streamer.core.models_config import TOOL_NAME_STYLES, ModelSpec
 from streamer.core.sealing import EPHEMERAL_KEY, Sealer, load_sealer
 from streamer.core.tools import NamingConfig
+from streamer.mcp.client import McpSettings
+from streamer.mcp.guard import HostRule
+from streamer.turns.history_reuse import HistoryCache
 from streamer.turns.turn import TurnOptions
 from streamer.upstream.chat.profiles import PROFILES, BackendProfile, lowering_options, resolve
 from streamer.upstream.kind import BackendKind
@@ -60,6 +64,8 @@ def turn_options(settings: Settings) -> TurnOptions:
     cannot work."""
     if settings.tool_name_style not in TOOL_NAME_STYLES:
         raise ValueError(f"unknown tool name style {settings.tool_name_style!r}")
+    if settings.history_cache_bytes < 0:
+        raise ValueError("--history-cache-bytes must be 0 (none) or more")
     for flag, value in (
         ("--max-output-bytes", settings.max_output_bytes),
         ("--max-output-items", settings.max_output_items),
@@ -80,9 +86,39 @@ def turn_options(settings: Settings) -> TurnOptions:
         max_output_items=settings.max_output_items,
         max_turn_seconds=settings.max_turn_seconds,
         sealer=state_sealer(settings.state_key_file, settings.shared_state_key),
+        mcp=mcp_limits(settings),
+        optional_hosted=frozenset(settings.optional_hosted_tool),
+        history=HistoryCache(settings.history_cache_bytes)
+        if settings.history_cache_bytes
+        else None,
     )
     flags = ModelSpec(None, (), api=settings.upstream_api, backend_model=settings.model)
     return model_options(settings, flags, base).turn
+
+
+def mcp_limits(settings: Settings) -> McpLimits | None:
+    """The remote MCP loop's bounds (`--mcp-*`); None for `--mcp off`."""
+    if settings.mcp not in ("on", "off"):
+        raise ValueError(f"--mcp must be on or off (got {settings.mcp!r})")
+    if not settings.mcp_max_calls > 0 or not settings.mcp_timeout > 0:
+        raise ValueError("--mcp-max-calls and --mcp-timeout must be positive")
+    if settings.mcp == "off":
+        return None
+    return McpLimits(settings.mcp_max_calls, settings.mcp_max_output_bytes, settings.mcp_timeout)
+
+
+def mcp_settings(settings: Settings) -> McpSettings:
+    """The MCP client's settings: the `--mcp-allow` rule (a ValueError for a bad pattern),
+    its timeout, its bounds and its tool-list cache."""
+    return McpSettings(
+        HostRule.parse(settings.mcp_allow),
+        settings.mcp_timeout,
+        settings.mcp_max_tools,
+        settings.mcp_max_list_bytes,
+        settings.mcp_max_output_bytes,
+        settings.mcp_cache_seconds,
+        settings.mcp_cache_entries,
+    )
 
 
 def model_options(settings: Settings, spec: ModelSpec, base: TurnOptions) -> ModelOptions:

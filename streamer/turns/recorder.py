@@ -23,6 +23,7 @@ from typing import Any, BinaryIO
 import orjson
 
 from streamer.core.events import Event
+from streamer.core.mcp_servers import public_tools
 
 
 class ExchangeRecorder:
@@ -50,13 +51,14 @@ class ExchangeRecorder:
     def client_request(self, body: Any, owner: str = "") -> None:
         """The request; `owner`: the digest of the client's key (a replay opens its sealed
         items as that client), left out for the anonymous client."""
+        body = _public(body)
         if owner:
             self._line("client_request", body=body, owner=owner)
         else:
             self._line("client_request", body=body)
 
     def backend_request(self, body: Any) -> None:
-        self._line("backend_request", body=body)
+        self._line("backend_request", body=_public(body))
 
     def backend_chunk(self, data: bytes) -> None:
         try:
@@ -105,3 +107,12 @@ class TapDirectory:
     def open(self, response_id: str) -> ExchangeRecorder:
         stamp = time.strftime("%Y%m%dT%H%M%S")
         return ExchangeRecorder(self.directory / f"{stamp}-{response_id}.jsonl")
+
+
+def _public(body: Any) -> Any:
+    """A request as recorded: its `mcp` tools without their headers (a backend that runs
+    MCP itself is sent them; a recording never holds them)."""
+    tools = body.get("tools") if isinstance(body, dict) else None
+    if not isinstance(tools, list):
+        return body
+    return {**body, "tools": public_tools(tools)}

@@ -7,19 +7,25 @@ from typing import Any
 import orjson
 
 from streamer.core.events import TERMINAL_EVENT_TYPES, Event
-from streamer.store import StoredResponse
+from streamer.store import StoredResponse, with_item_ids
 from streamer.turns.turn import Turn
 
 
 def stored(turn: Turn) -> StoredResponse:
-    """What the store keeps of a turn: the public response, the input as listed, who asked
-    (the owner), and the affinity key it was routed by (streamer/turns/registry.py)."""
-    return StoredResponse(
-        turn.response,
-        [public_input_item(item) for item in turn.items],
-        turn.client or None,
-        getattr(turn.route, "key", None),
-    )
+    """What the store keeps of a turn: the public response, the input as listed (each item
+    with its id: a fresh one where it has none), who asked (the owner), and the affinity
+    key it was routed by (streamer/turns/registry.py). A turn that continues a stored
+    response it took from the kept turn (`Turn.stored_base`) reuses that record's items as
+    they are, and says so (`extends`)."""
+    base, items = turn.stored_base, turn.items
+    owner, affinity = turn.client or None, getattr(turn.route, "key", None)
+    if base is None:
+        public = with_item_ids(list(map(public_input_item, items)))
+        return StoredResponse(turn.response, public, owner, affinity)
+    n = base[1]
+    kept = items[:n]
+    kept += with_item_ids(list(map(public_input_item, items[n:])))
+    return StoredResponse(turn.response, kept, owner, affinity, extends=base)
 
 
 def unstored(batch: list[Event]) -> list[Event]:

@@ -21,14 +21,19 @@ import math
 from collections import deque
 from collections.abc import Awaitable, Callable, Hashable, Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from streamer import tracing
 from streamer.core import routing
 from streamer.core.batch import UpstreamStream
 from streamer.core.errors import RequestError
 from streamer.core.models_config import ModelsConfig, ModelSpec
+from streamer.turns.genai_spans import backend_attributes, replica_name
 from streamer.turns.options import ModelOptions
 from streamer.turns.turn import Turn
+
+if TYPE_CHECKING:
+    from streamer.metrics import Metrics
 
 log = logging.getLogger("streamer.routing")
 
@@ -36,11 +41,12 @@ log = logging.getLogger("streamer.routing")
 class Replica:
     """One upstream URL of a model: its client and what routing knows of it."""
 
-    __slots__ = ("backend", "retired", "state")
+    __slots__ = ("backend", "name", "retired", "state")
 
     def __init__(self, url: str, backend: Any) -> None:
         self.state = routing.ReplicaState(url)
         self.backend = backend
+        self.name = replica_name(url)  # in logs, metrics and spans: no credentials
         self.retired = False  # dropped by a reload: closed once nothing runs on it
 
     async def release(self) -> None:
@@ -168,6 +174,7 @@ class Router:
         self.chains = routing.Chains(affinity_entries)
         self.table = self._table(config, {})
         self._health: asyncio.Task[None] | None = None
+        self.metrics: Metrics | None = None  # the gateway's: queue waits, 429s, detours
 
     def _table(self, config: ModelsConfig, known: dict[Hashable, Replica]) -> RouteTable:
         routes = []
@@ -252,20 +259,26 @@ def _now() -> float:
 class RoutedStream:
     """The opened stream, giving back the replica and the model's slot when closed."""
 
-    __slots__ = ("_release", "first", "inner")
+    __slots__ = ("_release", "first", "inner", "span")
 
-    def __init__(self, inner: UpstreamStream, release: Callable[[], Awaitable[None]]) -> None:
+    def __init__(
+        self, inner: UpstreamStream, release: Callable[[], Awaitable[None]], span: Any = None
+    ) -> None:
         self.inner, self.first = inner, inner.first
         self._release: Callable[[], Awaitable[None]] | None = release
+        self.span = span  # the backend attempt's span (tracing on), ended with the stream
 
     def __aiter__(self) -> Any:
         return self.inner.__aiter__()  # the per-batch path stays the inner stream's
 
     async def aclose(self) -> None:
         release, self._release = self._release, None
+        span, self.span = self.span, None
         try:
             await self.inner.aclose()
         finally:
+            if span is not None:  # tracing on
+                tracing.end(span)
             if release is not None:
                 await release()
 
@@ -279,9 +292,15 @@ class TurnRoute:
         self.router, self.plan, self.turn = router, plan, turn
 
     async def open(self, backend_request: dict[str, Any], **kwargs: Any) -> UpstreamStream:
-        route = self.plan.route
-        if not await route.limit.acquire(self.router.queue_seconds):
+        route, metrics = self.plan.route, self.router.metrics
+        started = _now() if route.limit.size else 0.0
+        acquired = await route.limit.acquire(self.router.queue_seconds)
+        if metrics is not None and route.limit.size:
+            metrics.child(metrics.queue_wait, route.spec.label).observe(_now() - started)
+        if not acquired:
             log.warning("turn %s: %s at its concurrency limit: 429", self._id, route.spec.label)
+            if metrics is not None:
+                metrics.child(metrics.rate_limited, route.spec.label, "gateway").inc()
             raise _busy(route.spec, self.router.queue_seconds)
         try:
             return await self._try(route, backend_request, kwargs)
@@ -303,7 +322,7 @@ class TurnRoute:
                 continue
             try:
                 request = self._relowered(route) if fallback else backend_request
-                stream, replica = await self._replicas(route, request, kwargs)
+                stream, replica, span = await self._replicas(route, request, kwargs)
             except RequestError as exc:
                 if fallback:
                     route.limit.release()
@@ -315,7 +334,8 @@ class TurnRoute:
                 first.limit.release()
                 self.turn.response["model"] = route.spec.label
                 log.warning("turn %s: served by fallback %s", self._id, route.spec.label)
-            return RoutedStream(stream, _releaser(route, replica))
+                self._count("fallbacks", first.spec.label, route.spec.label)
+            return RoutedStream(stream, _releaser(route, replica), span)
         assert last is not None
         raise last
 
@@ -357,8 +377,9 @@ class TurnRoute:
 
     async def _replicas(
         self, route: ModelRoute, request: dict[str, Any], kwargs: Any
-    ) -> tuple[UpstreamStream, Replica]:
-        """Each replica in rank order until one answers; else the last retryable error."""
+    ) -> tuple[UpstreamStream, Replica, Any]:
+        """Each replica in rank order until one answers; else the last retryable error.
+        Each attempt is a span (tracing on), its `traceparent` sent to the backend."""
         replicas = route.replicas
         route.turns += 1
         if len(replicas) == 1:
@@ -370,12 +391,22 @@ class TurnRoute:
         for index in order:
             replica = replicas[index]
             replica.state.in_flight += 1
+            self.turn.replica = replica.name  # the last one tried: a refusal names it
+            span = self._attempt(route, replica, request) if tracing.enabled() else None
             try:
-                stream = await replica.backend.open(request, **kwargs)
+                if span is None:
+                    stream = await replica.backend.open(request, **kwargs)
+                else:
+                    headers = tracing.headers_for(span, kwargs.get("headers"))
+                    stream = await replica.backend.open(request, **{**kwargs, "headers": headers})
             except RequestError as exc:
+                tracing.end(span, {"http.response.status_code": exc.status}, exc.code or "error")
                 await replica.release()
+                if exc.status == 429:
+                    self._count("rate_limited", route.spec.label, "backend")
                 if alone or not routing.retryable(exc.status):
                     raise
+                self._count("failovers", route.spec.label, replica.name)
                 routing.mark_failed(replica.state, _now(), self.router.cooldown)
                 log.warning(
                     "turn %s: %s replica %s failed before the first byte (%s %s); moving on",
@@ -387,14 +418,28 @@ class TurnRoute:
                 )
                 last = exc
                 continue
-            except BaseException:
+            except BaseException as exc:
+                tracing.end(span, None, type(exc).__qualname__)
                 await replica.release()
                 raise
             if not replica.state.healthy:
                 routing.mark_ok(replica.state)
-            return stream, replica
+            return stream, replica, span
         assert last is not None
         raise last
+
+    def _count(self, counter: str, *labels: str) -> None:
+        metrics = self.router.metrics
+        if metrics is not None:
+            metrics.child(getattr(metrics, counter), *labels).inc()
+
+    @staticmethod
+    def _attempt(route: ModelRoute, replica: Replica, request: dict[str, Any]) -> Any:
+        """The span of one backend attempt (kind CLIENT, `chat {model as sent}`)."""
+        api = route.options.turn.kind.name
+        attributes = backend_attributes(route.spec.label, replica.state.url, request, api)
+        attributes["streamer.replica"] = replica.name
+        return tracing.start(f"chat {attributes['gen_ai.request.model']}", attributes, "client")
 
 
 def _releaser(route: ModelRoute, replica: Replica) -> Callable[[], Awaitable[None]]:

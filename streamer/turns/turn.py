@@ -12,8 +12,9 @@ runner acts on.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from streamer.core.compaction import (
@@ -23,12 +24,14 @@ from streamer.core.compaction import (
     is_compaction,
     last_user_request,
 )
-from streamer.core.compaction import restore as restore_sealed
 from streamer.core.deltas import Usage
-from streamer.core.errors import invalid
 from streamer.core.events import Event
-from streamer.core.lowering import LoweringOptions, normalize_input
-from streamer.core.media_parts import check_media
+from streamer.core.hosted_tools import check as hosted_check
+from streamer.core.lowering import LoweringOptions
+from streamer.core.mcp_history import has_mcp, replayed
+from streamer.core.mcp_loop import McpLimits, McpTurn
+from streamer.core.mcp_loop import setup as mcp_setup
+from streamer.core.mcp_servers import public_tools, wanted
 from streamer.core.output import OutputItemStreamer
 from streamer.core.output_items import OutputLimits
 from streamer.core.request_checks import validate_request
@@ -36,9 +39,13 @@ from streamer.core.request_fields import echo_applied
 from streamer.core.response import new_response
 from streamer.core.sealing import REASONING_INCLUDE, Sealer
 from streamer.core.tools import NamingConfig, ResponsesToolNames
+from streamer.turns import history_reuse
+from streamer.turns.history_reuse import HistoryCache
 from streamer.turns.recorder import ExchangeRecorder
 from streamer.upstream.chat.kind import CHAT
 from streamer.upstream.kind import BackendKind
+
+log = logging.getLogger("streamer.turn")
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,6 +60,10 @@ class TurnOptions:
     max_turn_seconds: float = 3600.0
     sealer: Sealer = field(default_factory=Sealer.random)  # encrypted_content (--state-key-file)
     kind: BackendKind = CHAT  # what the backend speaks (--upstream-api): its lowering
+    mcp: McpLimits | None = field(default_factory=McpLimits)  # None: --mcp off
+    optional_hosted: frozenset[str] = frozenset({"web_search"})  # --optional-hosted-tool
+    # the turns kept for the turns that continue them (--history-cache-bytes); None: none
+    history: HistoryCache | None = field(default=None, compare=False)
 
 
 @dataclass(slots=True)
@@ -79,6 +90,12 @@ class Turn:
     new_from: int = 0  # where the request's own items start in `items` (after any history)
     route: object | None = None  # the model and affinity it is routed by (turns/registry.py)
     kind: BackendKind = CHAT  # the backend's kind: how a truncated retry is lowered again
+    mcp: McpTurn | None = None  # its remote MCP servers' loop (core/mcp_loop.py)
+    mcp_clients: object | None = None  # who runs it (streamer/mcp/client.py), set by the gateway
+    replica: str = ""  # the replica that answered (genai_spans.replica_name), for logs and metrics
+    # (previous response, n): `items[:n]` are its stored input as the store holds it (taken
+    # from the kept turn, not read back): the record extends that one (records.py)
+    stored_base: tuple[str, int] | None = None
 
     @property
     def response(self) -> dict[str, Any]:
@@ -94,27 +111,30 @@ def prepare(
     client: str = "",
 ) -> Turn:
     """Validate and lower one request. `history` is the continued response's input+output;
-    `client` who asks (streamer.core.identity): its sealed items open only for it."""
+    `client`: who asks (streamer.core.identity): its sealed items open only for it, and a
+    conversation's kept lowering is its alone."""
     validate_request(request, model_required=options.lowering.model is None)
     # null means "not given" in OpenAI's API: the Response echoes the default, never null
     request = {k: v for k, v in request.items() if v is not None}
-    new_items = normalize_input(request.get("input", []))
-    check_media(new_items, file_parts=options.lowering.file_parts)
-    items = [*history, *new_items] if history else new_items
-    if len(items) > options.max_input_items:
-        raise invalid(
-            f"Too many input items: {len(items)} (at most {options.max_input_items}).", "input"
-        )
-    view = restore_sealed(items, options.sealer, offset=len(history), owner=client)  # or a 400
-    names = ResponsesToolNames.convert(request.get("tools"), view, config=options.naming)
+    options = _reuse_options(request, options)  # an MCP turn is lowered in full
+    # validated and opened (a 400 for a sealed item that does not open), only past what an
+    got = history_reuse.inputs(request, options, history, client)  # earlier turn did already
+    request, mcp = _mcp(request, got, len(history), options)
+    new_items, items, view, names = got.new_items, got.items, got.view, got.names
+    if names is None:
+        names = ResponsesToolNames.convert(request.get("tools"), view, config=options.naming)
+    if mcp is not None:
+        names.declare(mcp.declarations())  # the tools the history listed already
     compactor = None
     if is_compaction(new_items):
         backend_request = options.kind.compaction(request, view, names, options.lowering)
         last = last_user_request(items)
         compactor = Compactor(options.sealer, last, options.max_output_bytes, client)
     else:
-        backend_request = options.kind.lower(request, view, names, options.lowering)
+        backend_request = _lowered(request, mcp, got, names, options)
     response = new_response(request, response_id=response_id)
+    if compactor is None:
+        history_reuse.keep(got, backend_request, names, response["id"], options)
     echo_applied(response, backend_request)
     limits = OutputLimits(options.max_output_bytes, options.max_output_items)
     prompt = {k: backend_request[k] for k in options.kind.prompt_keys if k in backend_request}
@@ -126,6 +146,8 @@ def prepare(
         seal_reasoning=_reasoning_sealer(request, options, client),
         reasoning_summary=_unnamed_reasoning(request, options),
     )
+    mcp = mcp if compactor is None else None  # a compaction's answer is a summary, no call
+    streamer.hold = frozenset({"mcp"}) if mcp is not None else frozenset()
     return Turn(
         request,
         items,
@@ -138,7 +160,57 @@ def prepare(
         lowering=options.lowering,
         view=view,
         kind=options.kind,
+        mcp=mcp,
     )
+
+
+def _lowered(
+    request: dict[str, Any],
+    mcp: McpTurn | None,
+    got: history_reuse.Inputs,
+    names: ResponsesToolNames,
+    options: TurnOptions,
+) -> dict[str, Any]:
+    """The backend request (its own 400s first: a tool_choice forcing a hosted tool); then
+    a hosted tool the backend cannot run is a 400, or left out (logged) when optional."""
+    lowered = history_reuse.lower(_unlisted(request, mcp), got, names, options)
+    tools = request.get("tools")
+    if isinstance(tools, list):
+        left_out = hosted_check(tools, options.lowering.tools.hosted, options.optional_hosted)
+        if left_out:
+            log.info("hosted tools left out (--optional-hosted-tool): %s", ", ".join(left_out))
+    return lowered
+
+
+def _reuse_options(request: dict[str, Any], options: TurnOptions) -> TurnOptions:
+    """`options`, without the kept lowerings for a turn with MCP servers: its tools and its
+    history change as it runs (listed tools, MCP items replayed as calls)."""
+    return replace(options, history=None) if wanted(request) else options
+
+
+def _unlisted(request: dict[str, Any], mcp: McpTurn | None) -> dict[str, Any]:
+    """The request as lowered before its MCP servers are listed: its `tool_choice` may name
+    their tools, so it waits (and is checked) until they are (streamer/mcp/steps.py)."""
+    if mcp is None or "tool_choice" not in request:
+        return request
+    return {k: v for k, v in request.items() if k != "tool_choice"}
+
+
+def _mcp(
+    request: dict[str, Any], got: history_reuse.Inputs, new_from: int, options: TurnOptions
+) -> tuple[dict[str, Any], McpTurn | None]:
+    """The request's MCP loop (None: it has no `mcp` tool, or its backend runs them itself)
+    and the request with its `mcp` tools in their public form (the servers' headers are kept
+    in the loop only: never echoed or stored); the history's MCP items are shown as calls
+    (`got.view`)."""
+    mcp = None
+    if wanted(request) and "mcp" not in options.lowering.tools.hosted:
+        mcp = mcp_setup(request, got.view, new_from, options.mcp)
+    if mcp is not None:
+        request = {**request, "tools": public_tools(request["tools"])}
+    if mcp is not None or (got.resumed is None and has_mcp(got.view)):
+        got.view = replayed(got.view)
+    return request, mcp
 
 
 def _unnamed_reasoning(request: dict[str, Any], options: TurnOptions) -> int | None:

@@ -15,16 +15,18 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import AsyncGenerator, Awaitable, Callable
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 from streamer.core.batch import Batch, Upstream, UpstreamStream
 from streamer.core.errors import RequestError
 from streamer.core.events import Event
 from streamer.core.truncation import CONTEXT_OVERFLOW, keep_share, truncate
+from streamer.mcp import steps as mcp_steps
 from streamer.turns.turn import Turn
 from streamer.upstream.first_call import first_calls
 
 log = logging.getLogger("streamer.turn_runner")
+T = TypeVar("T")
 
 BROKEN = "The gateway failed while streaming the response."
 """A failed turn's message when the gateway itself failed (a bug): the stream still ends."""
@@ -198,6 +200,7 @@ class TurnEvents:
         "_next",
         "_on_raw",
         "_on_request",
+        "_phase",
         "_stream",
         "turn",
         "upstream",
@@ -219,30 +222,95 @@ class TurnEvents:
         self._stream: UpstreamStream | None = None
         self._next: Callable[[], Awaitable[Batch]] | None = None  # None: no batch follows
         self._first: list[Event] | None = None
+        # the MCP steps between two backend answers, while they run (streamer/mcp/steps.py)
+        self._phase: AsyncGenerator[list[Event] | None, None] | None = None
 
     async def open(self) -> None:
         """Reach the backend (a `RequestError` if it refuses) and make the first batch:
-        `response.created`, with the deltas that came with the backend's head."""
+        `response.created`, with the deltas that came with the backend's head. A turn with
+        MCP servers lists them first (a 424 for one that cannot be listed)."""
         turn = self.turn
-        streamer = turn.streamer
         clock = self._clock = TurnClock(turn.max_seconds)
-        self._stream = stream = await _open(
-            turn, self.upstream, clock, self._on_raw, self._on_request
-        )
-        first = streamer.start()
+        ran: list[mcp_steps.Done] = []
+        if turn.mcp is not None:
+            try:
+                ran = await mcp_steps.prepare(turn, self._wait)
+            except TurnTimeout:
+                raise _timeout_error(turn, clock) from None
+        stream = await _open(turn, self.upstream, clock, self._on_raw, self._on_request)
+        first = turn.streamer.start()
+        if turn.mcp is not None:
+            first += mcp_steps.announce(turn, ran)
+        self._first = self._begin(stream, first)
+
+    def _begin(self, stream: UpstreamStream, first: list[Event]) -> list[Event]:
+        """A backend answer opened: its first deltas (with its head) after `first`."""
+        turn, clock = self.turn, self._clock
+        assert clock is not None
+        streamer = turn.streamer
+        self._stream = stream
         try:
             next_batch, batch = aiter(stream).__anext__, stream.first
-            limit = _call_limit(turn.request)
+            limit = _call_limit(turn)
             if limit is not None:  # enforced: backends ignore parallel_tool_calls, know no limit
                 next_batch, batch = first_calls(next_batch, batch, limit)
             if turn.compactor is not None:  # the answer is the summary, not output
                 next_batch, batch = turn.compactor.wrap(next_batch, batch)
+            self._next = next_batch
             if batch is not None:  # the first deltas came with the head: they leave with `created`
-                first += streamer.feed(batch) + _settle(turn, batch.end)
-            self._next = None if streamer.done else next_batch
+                first += self._settled(streamer.feed(batch) + _settle(turn, batch.end))
+            if streamer.done:
+                self._next = None
         except Exception as exc:
             first += _failed(turn, exc, clock)
-        self._first = first
+        return first
+
+    def _settled(self, events: list[Event]) -> list[Event]:
+        """`events`; when the answer ended with MCP calls, their steps start next."""
+        mcp = self.turn.mcp
+        if mcp is not None and mcp.held is not None:
+            self._next = None
+            self._phase = mcp_steps.between(self.turn, self._wait)
+        return events
+
+    async def _wait(self, pending: Awaitable[T]) -> T:
+        """An MCP operation, within the turn's deadline (`TurnTimeout` past it)."""
+        clock = self._clock
+        assert clock is not None
+        clock.waiting = True
+        try:
+            result = await pending
+        except BaseException as exc:
+            if clock.timed_out(exc):
+                raise TurnTimeout from None
+            raise
+        if clock.timed_out(None):
+            raise TurnTimeout
+        return result
+
+    async def _step(self, phase: AsyncGenerator[list[Event] | None, None]) -> list[Event]:
+        """The next batch of the MCP steps; at their end the backend is asked again."""
+        turn, clock = self.turn, self._clock
+        assert clock is not None
+        try:
+            events = await anext(phase)
+            if events is not None:
+                if turn.streamer.done:
+                    self._phase = None
+                return events
+            self._phase = None
+            old, self._stream = self._stream, None
+            if old is not None:
+                await old.aclose()  # read whole: kept for reuse
+            request = turn.backend_request = mcp_steps.lowered(turn, ())
+            turn.streamer.next_answer(
+                {k: request[k] for k in turn.kind.prompt_keys if k in request}
+            )
+            stream = await _open(turn, self.upstream, clock, self._on_raw, self._on_request)
+        except Exception as exc:
+            self._phase = None
+            return _failed(turn, exc, clock)
+        return self._begin(stream, [])
 
     async def next(self) -> list[Event] | None:
         """The next batch of events; None once the terminal event has been given."""
@@ -250,6 +318,8 @@ class TurnEvents:
         if first is not None:
             self._first = None
             return first
+        if self._phase is not None:
+            return await self._step(self._phase)
         next_batch, clock, turn = self._next, self._clock, self.turn
         if next_batch is None or clock is None:
             return None
@@ -264,7 +334,7 @@ class TurnEvents:
                 except StopAsyncIteration:
                     clock.waiting = False
                     self._next = None
-                    return _settle(turn, True)
+                    return self._settled(_settle(turn, True))
                 except BaseException as exc:
                     if clock.timed_out(exc):
                         raise TurnTimeout from None
@@ -272,9 +342,10 @@ class TurnEvents:
                 clock.waiting = False
                 events = streamer.feed(batch) + _settle(turn, batch.end)  # the end rides along
                 del batch  # its deltas are spent: not kept while the events are out
+                events = self._settled(events)
                 if streamer.done:
                     self._next = None
-                if events or streamer.done:
+                if events or streamer.done or self._phase is not None:
                     return events
         except Exception as exc:
             self._next = None
@@ -283,6 +354,9 @@ class TurnEvents:
     async def close(self) -> None:
         """Stop the clock and let go of the backend (idempotent)."""
         self._next = None
+        phase, self._phase = self._phase, None
+        if phase is not None:
+            await phase.aclose()
         if self._clock is not None:
             self._clock.close()
         stream, self._stream = self._stream, None
@@ -308,10 +382,14 @@ async def stream_events(
         await events.close()
 
 
-def _call_limit(request: dict[str, Any]) -> int | None:
-    """The most tool calls the turn may emit: 1 for `parallel_tool_calls: false`, and
-    `max_tool_calls` (calls beyond are left out, as OpenAI ignores them); None: any."""
+def _call_limit(turn: Turn) -> int | None:
+    """The most tool calls an answer may emit: 1 for `parallel_tool_calls: false`, and
+    `max_tool_calls` (calls beyond are left out, as OpenAI ignores them), or with MCP
+    servers what the response's MCP call budget leaves; None: any."""
+    request = turn.request
     limits = [request["max_tool_calls"]] if request.get("max_tool_calls") else []
+    if turn.mcp is not None:
+        limits = [turn.mcp.call_limit()]
     if request.get("parallel_tool_calls") is False:
         limits.append(1)
     return min(limits) if limits else None
@@ -339,5 +417,9 @@ def _settle(turn: Turn, end: bool) -> list[Event]:
     if end:
         if compactor is not None and not streamer.done:
             return streamer.feed(compactor.item()) + streamer.finish()
+        if turn.mcp is not None and streamer.holds():  # the gateway runs them, then goes on
+            events, held = streamer.end_answer()
+            turn.mcp.held = mcp_steps.held_calls(turn, held)
+            return events
         return streamer.finish()
     return []

@@ -34,11 +34,12 @@ import orjson
 from streamer.core.errors import RequestError
 from streamer.core.identity import client_identity
 from streamer.core.scrub import bearer_token, excerpt, secrets_of
+from streamer.core.wire_messages import body_pieces
 from streamer.upstream.backend_errors import Failures, Rejected, read_http_error
 from streamer.upstream.backend_stream import BackendStream
 from streamer.upstream.body_budget import ByteBudget
 from streamer.upstream.chat.rejected_params import without
-from streamer.upstream.http1.connection import READ_SIZE, Response
+from streamer.upstream.http1.connection import READ_SIZE, Payload, Response
 from streamer.upstream.http1.connection_limit import ConnectionLimit, OpenConnections
 from streamer.upstream.http1.content_coding import (
     ContentCodingError,
@@ -213,16 +214,19 @@ class BackendClient:
         on_raw: Callable[[bytes], None] | None,
         client: str,
     ) -> BackendStream:
-        data = orjson.dumps(body)
+        # a continued conversation's earlier messages as kept: pieces, sent as they are
+        pieces = body_pieces(body)
+        length = len(pieces[0]) if len(pieces) == 1 else sum(map(len, pieces))
         pool = self.pool_for(client)
         secrets = self._secrets_for(headers)
         if headers:
             merged = self._headers({**dict(self.wire.headers), **headers}, pool)
-            head = pool.head("POST", self._path + self.wire.path, merged, len(data))
+            head = pool.head("POST", self._path + self.wire.path, merged, length)
         else:
-            head = self._turn_head + b"Content-Length: %d\r\n\r\n" % len(data)
+            head = self._turn_head + b"Content-Length: %d\r\n\r\n" % length
+        payload = head + pieces[0] if len(pieces) == 1 else [head, *pieces]
         raw_resp = await self._request(
-            pool, head + data, self.first_byte_timeout, self.idle_timeout, secrets
+            pool, payload, self.first_byte_timeout, self.idle_timeout, secrets
         )
         resp: Response | DecodedResponse = raw_resp
         try:
@@ -395,7 +399,7 @@ class BackendClient:
     async def _request(
         self,
         pool: ConnectionPool,
-        payload: bytes,
+        payload: Payload,
         timeout: float,
         idle: float | None = None,
         secrets: tuple[str, ...] | None = None,

@@ -30,6 +30,24 @@ Lower = Callable[
     [Mapping[str, Any], list[dict[str, Any]], ResponsesToolNames, LoweringOptions], dict[str, Any]
 ]
 """(request, effective input items, the tool map, the model's lowering options) -> body."""
+
+
+class ResumingLower(Protocol):
+    """A kind's lowering that can resume where an earlier turn's left off (`lower`'s
+    `resume` and `keep`: core/lowering.py; streamer/turns/history_reuse.py decides)."""
+
+    def __call__(
+        self,
+        request: Mapping[str, Any],
+        items: list[dict[str, Any]],
+        names: ResponsesToolNames,
+        options: LoweringOptions,
+        *,
+        resume: Any = None,
+        keep: bool = False,
+    ) -> dict[str, Any]: ...
+
+
 Body = Callable[[dict[str, Any]], dict[str, Any]]
 HttpError = Callable[[int, bytes, Mapping[str, str], tuple[str, ...]], RequestError]
 """A kind's reading of a non-2xx answer: status, body, headers, secrets to scrub."""
@@ -122,6 +140,11 @@ class BackendKind:
     auth: Callable[[str], tuple[str, str]] = bearer  # the backend key's header
     http_error: HttpError = http_error  # a non-2xx answer -> RequestError
     rejected_params: RejectedParams = rejected_params  # a 400 naming optional parameters
+    resuming: ResumingLower | None = None  # `lower` resumable (None: every turn in full)
+    # an input item as the store lists it (message text as parts) lowers as the item sent
+    # did: a continuation of a stored response resumes its kept turn (Chat: text is text;
+    # Responses passes items as they are, so a history read as stored is lowered in full)
+    resumes_stored: bool = True
 
     def wire(self, profile: BackendProfile) -> Wire:
         """What the shared client sends and reads for a model of this kind on `profile`."""

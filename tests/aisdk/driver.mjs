@@ -272,7 +272,25 @@ async function applyPatchTool() {
   return { text: await result.text, steps: steps({ steps: await result.steps }), operations, inputs };
 }
 
+// A remote MCP server the gateway runs (`openai.tools.mcp`), at AISDK_MCP_URL.
+async function mcpTool() {
+  const dict = provider.tools.mcp({
+    serverLabel: "dict",
+    serverUrl: process.env.AISDK_MCP_URL,
+    requireApproval: "never",
+  });
+  const result = await generateText({ model, prompt: "Look it up.", tools: { dict } });
+  const content = result.content.map((c) => ({
+    type: c.type,
+    toolName: c.toolName,
+    text: c.text,
+    output: c.output,
+  }));
+  return { text: result.text, content };
+}
+
 const scenarios = {
+  mcp: mcpTool,
   shell: shellTool,
   apply_patch: applyPatchTool,
   abort,

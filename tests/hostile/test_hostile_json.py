@@ -48,8 +48,7 @@ SITES: list[Site] = [
     ("text.format.schema", b'"text":{"format":{"type":"json_schema","name":"s","schema":', 3,
      "text.format.schema"),
     ("hosted tool field", b'"tools":[{"type":"web_search","filters":', 3, "tools[0].filters"),
-    ("mcp tool field", b'"tools":[{"type":"mcp","server_label":"x","headers":', 3,
-     "tools[0].headers"),
+    # (an `mcp` tool is no site: the gateway reads it, so a deep field is a 400 naming it)
     ("unknown field", b'"brand_new_field":', 1, "brand_new_field"),
     ("input item", b'"input":[{"type":"message","role":"user","content":"hi","extra":', 3,
      "input[0].extra"),

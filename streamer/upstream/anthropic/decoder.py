@@ -28,6 +28,7 @@ from typing import Any
 
 import orjson
 
+from streamer.core import speed
 from streamer.core.deltas import (
     Delta,
     Finish,
@@ -41,7 +42,6 @@ from streamer.core.deltas import (
 from streamer.core.json_bounds import MAX_ITEM_DEPTH, too_deep
 from streamer.core.scrub import excerpt
 from streamer.core.sealing import MAX_PLAIN_BYTES
-from streamer.core.sse import SSEMessage
 from streamer.upstream.anthropic.blocks import ThinkingRun, thinking_blob
 from streamer.upstream.anthropic.errors import stream_error
 from streamer.upstream.anthropic.event_shapes import NO_SHAPE, fit, learn_piece
@@ -88,15 +88,16 @@ class MessagesEventDecoder:
 
     A block's per-token deltas are sliced through the shape learnt from the second one
     (event_shapes.py); `lessons=0` never learns: the plain path, which the tests compare
-    it to."""
+    it to (the default follows the `shapes` speed switch, core/speed.py). Its events come
+    raw, as `EventFraming` gives them (responses/framing.py)."""
 
     __slots__ = (
         "_blocks", "_calls", "_in_run", "_kept", "_kind", "_last", "_last_use", "_lessons",
         "_runs", "_secrets", "_shape", "_thought", "_usage", "done", "finished",
     )  # fmt: skip
 
-    def __init__(self, lessons: int = _LESSONS, *, secrets: tuple[str, ...] = ()) -> None:
-        self._lessons = lessons
+    def __init__(self, lessons: int | None = None, *, secrets: tuple[str, ...] = ()) -> None:
+        self._lessons = (_LESSONS if speed.fast("shapes") else 0) if lessons is None else lessons
         self._secrets = secrets  # taken out of the backend's error text (streamer/core/scrub.py)
         self._shape = NO_SHAPE  # the block's per-token event, once learnt
         self._kind: Any = None  # (block index, delta type) the shape is of
@@ -115,18 +116,14 @@ class MessagesEventDecoder:
         self._thought = 0  # thinking blocks started
         self._kept = 0  # characters of thinking kept for the seal
 
-    def decode(self, messages: list[bytes | SSEMessage]) -> list[Delta]:
-        """The deltas of a batch of events; stops after an error or `message_stop`."""
+    def decode(self, messages: list[bytes]) -> list[Delta]:
+        """The deltas of a batch of raw events; stops after an error or `message_stop`."""
         out: list[Delta] = []
         shape = self._shape
         head, start = shape.head, shape.start
         for message in messages:
             if self.done:
                 break
-            if message.__class__ is not bytes:
-                if self._one(message.data, out):  # type: ignore[union-attr]
-                    break
-                continue
             if head and message[:start] == head:  # the per-token path: a slice, one parse
                 value = fit(shape, message)
                 if value is not None:

@@ -15,6 +15,7 @@ from typing import Any
 
 import orjson
 
+from streamer.core import speed
 from streamer.core.deltas import (
     Annotation,
     Delta,
@@ -32,7 +33,6 @@ from streamer.core.deltas import (
 )
 from streamer.core.json_bounds import MAX_ITEM_DEPTH, too_deep
 from streamer.core.scrub import excerpt, scrub
-from streamer.core.sse import SSEMessage
 from streamer.upstream.chat.chunk_shapes import NO_SHAPE, learn_arguments, learn_text
 from streamer.upstream.chat.error_shapes import CONTEXT_OVERFLOW, is_context_overflow
 from streamer.upstream.chat.logprobs import choice_logprobs
@@ -124,11 +124,11 @@ class ChatChunkDecoder:
         self._args = NO_SHAPE  # its argument-fragment chunk
         self._text_keys: RunKeys | None = None  # the shapes as runs need them (runs.py)
         self._args_keys: RunKeys | None = None
-        self._lessons = _LESSONS
+        self._lessons = _LESSONS if speed.fast("shapes") else 0  # 0: every chunk parsed whole
         self._seen = 0  # the kinds of per-token chunk met once (_TEXT, _ARGS): learnt the next time
 
-    def decode(self, messages: list[bytes | SSEMessage]) -> list[Delta]:
-        """Decode a batch of events (raw `data:` payloads, or messages); stop after an error.
+    def decode(self, messages: list[bytes]) -> list[Delta]:
+        """Decode a batch of events' payloads (core/sse.py); stop after an error.
 
         The per-token chunks are sliced through the stream's learnt shapes, runs of them
         decoded together (`runs`, with `self.runs`); any other payload goes through `feed`.
@@ -144,32 +144,28 @@ class ChatChunkDecoder:
                 break
         return out
 
-    def _runs(self, messages: list[bytes | SSEMessage], at: int, out: list[Delta]) -> int:
+    def _runs(self, messages: list[bytes], at: int, out: list[Delta]) -> int:
         """Decode from `at` on, runs of per-token chunks together; returns where it stopped
-        (the end, or after a chunk that taught a new shape: the runs are found again)."""
+        (the end, or after a chunk that taught a new shape: the runs are found again). A
+        stream with named events has runs turned off (`ChatDecoder`): a name may change
+        what a payload means (`event: error`), and a run reads none."""
         rest = messages[at:]
         n = len(rest)
-        try:
-            text_fits = fits(rest, self._text_keys)  # type: ignore[arg-type]
-        except TypeError:  # parsed messages in the batch (the general SSE path): one by one
-            return at + self._each(rest, 0, n, out)
+        text_fits = fits(rest, self._text_keys)
         # The argument shape is tried only between text runs, one stretch at a time.
         args_fits, base, until = [False, True], 0, 0
         i = 0
         while i < n:
             if text_fits[i]:
                 end = text_fits.index(False, i)
-                deltas = self._text_run(rest[i:end]) if end - i > 1 else None  # type: ignore[arg-type]
+                deltas = self._text_run(rest[i:end]) if end - i > 1 else None
             else:
                 if i >= until:
                     base, until = i, min(text_fits.index(True, i), n)
-                    try:
-                        args_fits = fits(rest[i:until], self._args_keys)  # type: ignore[arg-type]
-                    except TypeError:  # parsed messages (see above)
-                        return at + self._each(rest, i, n, out)
+                    args_fits = fits(rest[i:until], self._args_keys)
                 if args_fits[i - base]:
                     end = base + args_fits.index(False, i - base)
-                    deltas = self._args_run(rest[i:end]) if end - i > 1 else None  # type: ignore[arg-type]
+                    deltas = self._args_run(rest[i:end]) if end - i > 1 else None
                 else:
                     end = min(base + args_fits.index(True, i - base), until)
                     deltas = None
@@ -215,9 +211,7 @@ class ChatChunkDecoder:
             return None
         return [ToolCallRun(self._args.call, None, None, "".join(values), values, raw)]  # type: ignore[arg-type]
 
-    def _each(
-        self, messages: list[bytes | SSEMessage], at: int, stop: int, out: list[Delta]
-    ) -> int:
+    def _each(self, messages: list[bytes], at: int, stop: int, out: list[Delta]) -> int:
         """Decode `messages[at:stop]` one by one; returns where it stopped: `stop`, or (with
         runs on) just after a payload that taught a shape, or after an error."""
         append = out.append
@@ -257,8 +251,8 @@ class ChatChunkDecoder:
                     text, args = self._text, self._args
                     th, tt, _, ts, te = text
                     ah, at_, index, as_, ae = args
-            else:
-                deltas = self.feed(message.data, message.event)  # type: ignore[union-attr]
+            else:  # a NamedPayload (core/sse.py): plain bytes for orjson
+                deltas = self.feed(bytes(message), message.event)  # type: ignore[attr-defined]
             if deltas:
                 out += deltas
                 if deltas[-1].__class__ is UpstreamError:

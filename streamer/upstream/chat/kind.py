@@ -73,4 +73,5 @@ CHAT = BackendKind(
     recorded=_recorded,
     tap=TapReading("chat-sse", looks_like_chat, ChatChunkDecoder),
     embedded=True,
+    resuming=lower,
 )

@@ -52,7 +52,7 @@ def run_keys(shape: Shape) -> RunKeys | None:
 
 def fits(payloads: list[bytes], keys: RunKeys | None) -> list[bool]:
     """Which payloads start and end as the shape does (`False`, `True` appended: sentinels
-    for `index`). Raises TypeError when a payload is not bytes (a parsed SSE message)."""
+    for `index`)."""
     if keys is None:
         flags = [False] * len(payloads)
     else:

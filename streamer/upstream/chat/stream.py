@@ -13,8 +13,9 @@ from typing import Protocol
 
 import orjson
 
+from streamer.core import speed
 from streamer.core.deltas import Delta, UpstreamError
-from streamer.core.sse import SSEDecoder, SSEError, SSEMessage
+from streamer.core.sse import SSEDecoder, SSEError
 from streamer.upstream.chat.decoder import INVALID_CHUNK, ChatChunkDecoder, decode_completion
 
 INVALID_ENCODING = "invalid_upstream_encoding"  # a compressed stream that stops decoding
@@ -32,7 +33,7 @@ class PayloadDecoder(Protocol):
     done: bool
     finished: bool
 
-    def decode(self, messages: list[bytes | SSEMessage]) -> list[Delta]: ...
+    def decode(self, messages: list[bytes]) -> list[Delta]: ...
 
 
 class EndCause(Enum):
@@ -60,8 +61,6 @@ class ChatDecoder:
     connection must be cut); `done`: `[DONE]` came (the rest of the body is only drained).
     """
 
-    runs = True  # runs of per-token chunks decoded together (False: one by one, the reference)
-
     __slots__ = (
         "_at",
         "_backlog",
@@ -86,7 +85,7 @@ class ChatDecoder:
         self._secrets = secrets  # the payload decoder takes them out of the backend's errors
         self._sse = self._framing()
         self._chat = self._payloads()
-        self._backlog: list[bytes | SSEMessage] = []  # events not decoded yet, from `_at` on
+        self._backlog: list[bytes] = []  # events not decoded yet, from `_at` on
         self._at = 0
         self._batch = FIRST_BATCH
         self.ended = False
@@ -102,7 +101,7 @@ class ChatDecoder:
 
     def _payloads(self) -> PayloadDecoder:
         """The framed payloads' decoder (a subclass gives its own)."""
-        return ChatChunkDecoder(runs=self.runs, secrets=self._secrets)
+        return ChatChunkDecoder(runs=speed.fast("runs"), secrets=self._secrets)
 
     @property
     def done(self) -> bool:
@@ -172,7 +171,9 @@ class ChatDecoder:
             return "upstream_error", f"The backend sent an invalid HTTP answer: {detail}."
         return _CLOSED_EARLY
 
-    def _decoded(self, messages: list[bytes | SSEMessage]) -> list[Delta]:
+    def _decoded(self, messages: list[bytes]) -> list[Delta]:
+        if self._sse.named:  # named events: one by one from now on (ChatChunkDecoder._runs)
+            self._named()
         out = self._chat.decode(messages)
         if out and out[-1].__class__ is UpstreamError:
             self._drop()
@@ -181,6 +182,13 @@ class ChatDecoder:
             self._drop()
             self.ended = True
         return out
+
+    def _named(self) -> None:
+        """The stream sent a named event: its payloads are decoded one by one (runs read no
+        names). The other kinds' framings name no payload."""
+        chat = self._chat
+        if isinstance(chat, ChatChunkDecoder):
+            chat.runs = False
 
     def _fail(self, out: list[Delta], code: str, message: str) -> list[Delta]:
         self._drop()

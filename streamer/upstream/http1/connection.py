@@ -40,6 +40,11 @@ READ_SIZE = 32 << 10  # bytes per socket read at most
 # -- one connection ---------------------------------------------------------------------
 
 
+Payload = bytes | list[bytes]
+"""A request as sent: its bytes, or its pieces (a long body's kept blobs: one vectored
+write, never joined into one buffer)."""
+
+
 class Response:
     """The answer to one request: status, reason, headers, and its body to `read()`."""
 
@@ -149,20 +154,27 @@ class Connection(asyncio.BufferedProtocol):
 
     # -- the request ------------------------------------------------------------------
 
-    async def exchange(self, payload: bytes, timeout: float, idle: float | None = None) -> Response:
-        """Send one request; return its response once the head has arrived. `timeout`
-        bounds the wait for the first body byte (the head may come before a backend has
-        read the prompt), `idle` (default `timeout`) each gap after it."""
+    async def exchange(
+        self, payload: Payload, timeout: float, idle: float | None = None
+    ) -> Response:
+        """Send one request (its bytes, or its pieces in one vectored write); return its
+        response once the head has arrived. `timeout` bounds the wait for the first body
+        byte (the head may come before a backend has read the prompt), `idle` (default
+        `timeout`) each gap after it."""
         assert self.transport is not None
         if self.closed or not self.parser.reusable:
             raise ServerDisconnected("the connection was closed before the request was sent")
-        self.parser.start(no_body=payload.startswith(b"HEAD "))  # its answer has no body
+        first = payload if isinstance(payload, bytes) else payload[0]
+        self.parser.start(no_body=first.startswith(b"HEAD "))  # its answer has no body
         self.got_any, self._exc, self.head = False, None, None
         self._unread = 0
         self.chunks = []
         self._timeout = timeout
         self._idle = timeout if idle is None else idle
-        self.transport.write(payload)
+        if isinstance(payload, bytes):
+            self.transport.write(payload)
+        else:
+            self.transport.writelines(payload)
         self._arm()
         while self.head is None:
             if self._exc is not None:

@@ -21,7 +21,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Iterable
 from urllib.parse import SplitResult, unquote, urlsplit
 
-from streamer.upstream.http1.connection import READ_SIZE, Connection, Response
+from streamer.upstream.http1.connection import READ_SIZE, Connection, Payload, Response
 from streamer.upstream.http1.connection_limit import ConnectionLimit, OpenConnections
 from streamer.upstream.http1.proxy import Proxy, connect_to_proxy, open_tunnel
 from streamer.upstream.http1.wire import ConnectError, ServerDisconnected
@@ -114,7 +114,9 @@ class ConnectionPool:
             lines.append(f"Content-Length: {length}")
         return ("\r\n".join(lines) + "\r\n\r\n").encode()
 
-    async def request(self, payload: bytes, timeout: float, idle: float | None = None) -> Response:
+    async def request(
+        self, payload: Payload, timeout: float, idle: float | None = None
+    ) -> Response:
         """Send `payload` (head and body) and return the response once its head is in.
 
         A kept-alive connection that the server closed while it sat idle here (its close

@@ -15,6 +15,7 @@ import itertools
 
 from multidict import CIMultiDict
 
+from streamer.core import speed
 from streamer.core.scrub import excerpt
 
 MAX_HEAD = 64 << 10  # status line and headers
@@ -119,13 +120,14 @@ class ChunkedDecoder:
 
     `feed` returns the payload bytes completed by this piece; `done` is set after the last
     chunk and its trailers (ignored), and `tail` holds whatever followed them.
-    `bulk=False` keeps to the per-chunk loop (the reference the bulk path is tested against).
+    `bulk=False` keeps to the per-chunk loop (the reference the bulk path is tested against;
+    the default follows the `chunked` speed switch, core/speed.py).
     """
 
     __slots__ = ("_fast", "_left", "_line", "_state", "_trailers", "done", "tail")
 
-    def __init__(self, *, bulk: bool = True) -> None:
-        self._fast = bulk  # try the bulk path until it fails once
+    def __init__(self, *, bulk: bool | None = None) -> None:
+        self._fast = speed.fast("chunked") if bulk is None else bulk  # bulk until it fails once
         self._state = _SIZE
         self._left = 0  # data bytes of the current chunk still to come, or CRLF bytes (_CRLF)
         self._line = b""  # an incomplete size or trailer line

@@ -26,6 +26,7 @@ from typing import Any
 
 import orjson
 
+from streamer.core import speed
 from streamer.core.call_kinds import CALL_KINDS
 from streamer.core.deltas import (
     CURRENT,
@@ -48,7 +49,6 @@ from streamer.core.deltas import (
 from streamer.core.json_bounds import MAX_ITEM_DEPTH, too_deep
 from streamer.core.passing import about_item
 from streamer.core.scrub import excerpt, scrub
-from streamer.core.sse import SSEMessage
 from streamer.upstream.chat.decoder import INVALID_CHUNK, payload_error
 from streamer.upstream.chat.error_shapes import CONTEXT_OVERFLOW, is_context_overflow
 from streamer.upstream.chat.stream import FIRST_BATCH, ChatDecoder
@@ -81,22 +81,27 @@ _KNOWN = frozenset(
     )
 )  # fmt: skip
 # the calls whose arguments stream (function arguments, custom input): their kinds' rows
-_CALLS = tuple(row.call_type for row in CALL_KINDS.values() if row.events is not None)
+_CALLS = tuple(
+    row.call_type for row in CALL_KINDS.values() if row.events is not None and not row.hosted
+)  # a backend's own mcp_call (it ran the tool) passes whole
 # Items whose content arrives as the deltas above: nothing of them is passed whole.
 _STREAMED = ("message", "reasoning", *_CALLS)
 _INCOMPLETE = {"max_output_tokens": "length", "content_filter": "content_filter"}
 _SNIPPET = 120
 _ANNOTATION_DEPTH = MAX_ITEM_DEPTH - 4  # item, content, part, annotations: then the annotation
-_PIECES = tuple(row.events[0] for row in CALL_KINDS.values() if row.events is not None)
+_PIECES = tuple(
+    row.events[0] for row in CALL_KINDS.values() if row.events is not None and not row.hosted
+)
 _LESSONS = 8  # shapes learnt per stream at most: a backend whose events all differ costs little
 
 
 class ResponsesEventDecoder:
     """One backend stream's events. `done`/`finished`: a terminal `response.*` came.
 
-    `decode` takes raw events (`bytes`, as `EventFraming` cuts them) or `SSEMessage`s; the
-    per-token ones are sliced through the stream's learnt shapes (event_shapes), the rest
-    parsed whole. `lessons=0` never learns: the plain path, which the tests compare it to.
+    `decode` takes raw events (`bytes`, as `EventFraming` gives them, whichever path cut
+    them); the per-token ones are sliced through the stream's learnt shapes (event_shapes),
+    the rest parsed whole. `lessons=0` never learns: the plain path, which the tests compare
+    it to (the default follows the `shapes` speed switch, core/speed.py).
     """
 
     __slots__ = (
@@ -105,7 +110,7 @@ class ResponsesEventDecoder:
         "done", "finished",
     )  # fmt: skip
 
-    def __init__(self, lessons: int = _LESSONS, *, secrets: tuple[str, ...] = ()) -> None:
+    def __init__(self, lessons: int | None = None, *, secrets: tuple[str, ...] = ()) -> None:
         self._secrets = secrets  # taken out of the backend's error text (streamer/core/scrub.py)
         self.done = False
         self.finished = False
@@ -119,13 +124,13 @@ class ResponsesEventDecoder:
         self._ours: set[Any] = set()  # items the gateway streams itself (text, reasoning, calls)
         self._passed: set[Any] = set()  # items passed whole that were added
         self._summary: int | None = None  # the summary part reasoning text goes to (ReasoningPart)
-        self._lessons = lessons
+        self._lessons = (_LESSONS if speed.fast("shapes") else 0) if lessons is None else lessons
         self._text = NO_SHAPE  # the stream's text (or reasoning, refusal) delta event
         self._text_kind: type[TextDelta | RefusalDelta | ReasoningDelta] = TextDelta
         self._args = NO_SHAPE  # its argument (or custom input) delta event
         self._last: Any = None  # the type of the last event parsed whole
 
-    def decode(self, messages: list[bytes | SSEMessage]) -> list[Delta]:
+    def decode(self, messages: list[bytes]) -> list[Delta]:
         """The deltas of a batch of events; stops after an error or the terminal event."""
         out: list[Delta] = []
         if self.done:
@@ -140,10 +145,6 @@ class ResponsesEventDecoder:
         tml = len(tm)
         ah, as_ = args.head, args.start
         for message in messages:
-            if message.__class__ is not bytes:
-                if self._one(message.data, None, 0, out) or self.done:  # type: ignore[union-attr]
-                    break
-                continue
             if th and message[:ts] == th:
                 end = len(message) - te
                 cut = end - tw  # where the number starts

@@ -6,9 +6,10 @@ its line-by-line path. Here a read that is whole events (nothing pending, no `\\
 at its blank lines into raw events, one `bytes` each (its lines, without the blank line),
 in one C call; the event decoder reads the common layouts itself (`event_data`) and hands
 any other to `event_messages`, the plain decoder's rules. Anything else (a partial line
-pending, `\\r` line ends, a stream's first bytes split inside a BOM) takes `SSEDecoder`'s
-own path, whose events come as `SSEMessage`s. The event name is not kept: the decoder reads
-the type from the JSON, as it always has.
+pending, `\\r` line ends, a stream's first bytes split inside a BOM, or the `sse` speed
+switch off: core/speed.py) takes `SSEDecoder`'s line parser, whose events come out in the
+same raw form (`event: T` if named, then a `data: ` line per data line): one payload type,
+`bytes`, whichever path cut the event. The decoder reads the type from the JSON.
 """
 
 from __future__ import annotations
@@ -17,18 +18,23 @@ from streamer.core.sse import SSEDecoder, SSEMessage
 
 
 class EventFraming(SSEDecoder):
-    """`payloads(chunk)` gives raw events (`bytes`) or `SSEMessage`s; `close()` as before."""
+    """`payloads(chunk)` gives raw events (`bytes`, each its lines); `close()` as before."""
 
     __slots__ = ()
 
-    def _whole_events(self, chunk: bytes) -> list[bytes | SSEMessage] | None:
+    def _whole_events(self, chunk: bytes) -> list[bytes] | None:
         """A block of whole events cut at its blank lines in one split, each event raw
         (`event_data` / `event_messages` read them); the tail waits for the next chunk."""
         cut = chunk.rfind(b"\n\n")
         if cut >= 0 and len(chunk) - cut - 2 <= self.max_size and b"\r" not in chunk:
             self._raw = chunk[cut + 2 :]
-            return chunk[:cut].split(b"\n\n")  # type: ignore[return-value]
+            return chunk[:cut].split(b"\n\n")
         return None
+
+    def _payload(self, event: bytes | None, data: list[bytes]) -> bytes:
+        """A parsed event as the raw event the fast path would have cut for it."""
+        raw = b"data: " + b"\ndata: ".join(data)
+        return b"event: " + event + b"\n" + raw if event else raw
 
 
 def event_data(event: bytes) -> bytes | None:

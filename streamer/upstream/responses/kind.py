@@ -39,9 +39,13 @@ def lower(
     items: list[dict[str, Any]],
     names: ResponsesToolNames,
     options: LoweringOptions,
+    *,
+    resume: Any = None,
+    keep: bool = False,
 ) -> dict[str, Any]:
-    """The backend's Responses request, with the tool forms `options.tools` says it takes."""
-    body = lower_responses(request, items, names, options, options.tools)
+    """The backend's Responses request, with the tool forms `options.tools` says it takes
+    (`resume`, `keep`: core/responses_lowering.py, as streamer/turns/history_reuse.py asks)."""
+    body = lower_responses(request, items, names, options, options.tools, resume=resume, keep=keep)
     left_out = _left_out(request, body)
     if left_out:  # echoed to the client, but nobody runs them: the log says so
         log.info(
@@ -94,4 +98,6 @@ RESPONSES = BackendKind(
     decode_whole=decode_response_body,
     recorded=_recorded,
     names_reasoning_parts=True,
+    resuming=lower,
+    resumes_stored=False,
 )
