@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import os
 import time
 from collections.abc import AsyncIterator, Awaitable
@@ -54,6 +55,8 @@ from streamer.store.base import (
 )
 from streamer.store.redis_checks import config_advice
 from streamer.store.redis_connect import TLS, connect, parse
+
+log = logging.getLogger("streamer.store")
 
 T = TypeVar("T")
 # One XREAD answer for one stream: its entries, each an id and its fields (bytes, undecoded).
@@ -115,6 +118,7 @@ class RedisStore:
         self._probe = f"{key_prefix}probe:{{{os.urandom(6).hex()}}}"
         self._waiters: dict[str, set[asyncio.Event]] = {}
         self._listener: asyncio.Task[None] | None = None
+        self._closed = False  # a closed store's listener does not resubscribe
         self._subscribed = asyncio.Event()
         self._failed = asyncio.Event()
         self._listen_error: BaseException | None = None
@@ -430,7 +434,7 @@ class RedisStore:
             finally:
                 with contextlib.suppress(Exception):
                     await pubsub.aclose()
-            if not self._waiters:
+            if self._closed or not self._waiters:
                 return  # nobody to serve; the next wait_cancel starts a new listener
             await asyncio.sleep(1.0)  # back off before resubscribing
 
@@ -469,13 +473,24 @@ class RedisStore:
         return await config_advice(self._r, self.target, self._deadline)
 
     async def close(self) -> None:
-        if self._listener is not None:
-            self._listener.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await self._listener
-            self._listener = None
-        await self._r.aclose()
-        await self._rb.aclose()
+        self._closed = True
+        listener, self._listener = self._listener, None
+        # On Python 3.11 a cancel that lands as an `asyncio.timeout` expires becomes a
+        # TimeoutError the listener handles (and would resubscribe after): ask again until
+        # it has stopped, so closing never waits on a listener that kept running.
+        while listener is not None and not listener.done():
+            listener.cancel()
+            await asyncio.wait({listener}, timeout=1.0)
+        if listener is not None and not listener.cancelled():
+            listener.exception()  # retrieved: its outcome was already recorded as the error
+        try:  # bounded: a shutdown never waits on a server that stopped answering
+            async with asyncio.timeout(self._deadline):
+                await self._r.aclose()
+                await self._rb.aclose()
+        except TimeoutError:
+            log.warning(
+                "redis store: closing its connections timed out after %.1f s", self._deadline
+            )
 
 
 def _text(value: bytes | str | None) -> str | None:
