@@ -54,7 +54,7 @@ asyncio.run(main())
 """
 
 
-def test_serve_starts_without_the_other_commands_nor_cryptography() -> None:
+def test_serve_starts_without_the_other_commands_nor_cryptography_nor_mcp() -> None:
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     out = subprocess.run(
         [sys.executable, "-c", STARTUP], capture_output=True, env=env, cwd=ROOT, timeout=60
@@ -63,6 +63,8 @@ def test_serve_starts_without_the_other_commands_nor_cryptography() -> None:
     modules = out.stdout.decode().split()
     assert "streamer.turns.gateway" in modules and "streamer.frontends.http" in modules
     unwanted = ("cryptography", "streamer.tap", "streamer.codex_launch", "websockets")
+    # remote MCP: the SDK and its HTTP stack come with the first MCP turn (~6 MB idle RSS)
+    unwanted += ("mcp", "httpx2", "httpcore2", "anyio", "opentelemetry")
     assert [m for m in modules if m.startswith(unwanted)] == []
 
 

@@ -21,16 +21,16 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
-import httpcore2
-import httpx2
 import orjson
 
 from streamer import tracing
+from streamer.core.mcp_hosts import Blocked, HostRule
 from streamer.core.mcp_items import ListedTool, http_error, listed_tool, outcome, protocol_error
 from streamer.core.mcp_servers import McpServer
-from streamer.mcp.guard import Blocked, GuardedBackend, HostRule
 
-if TYPE_CHECKING:  # the SDK (~400 modules) is imported by the first MCP turn, not by serve
+if TYPE_CHECKING:  # the SDK (~400 modules) and its HTTP stack (httpx2, httpcore2, anyio:
+    # ~6 MB of an idle gateway's RSS) are imported by the first MCP turn, not by serve
+    import httpx2
     from mcp.client.session import ClientSession
 
 log = logging.getLogger("streamer.mcp")
@@ -66,7 +66,14 @@ class McpClients:
     def __init__(self, settings: McpSettings) -> None:
         self.settings = settings
         self._cache: OrderedDict[str, _Listed] = OrderedDict()
-        self._tls = ssl.create_default_context()  # made once: loading the CAs costs ms
+        self._context: ssl.SSLContext | None = None
+
+    @property
+    def _tls(self) -> ssl.SSLContext:
+        """Made once, by the first MCP turn: loading the CAs costs ms (and memory)."""
+        if self._context is None:
+            self._context = ssl.create_default_context()
+        return self._context
 
     @property
     def cached_bytes(self) -> int:
@@ -128,6 +135,7 @@ class McpClients:
     @asynccontextmanager
     async def _session(self, server: McpServer) -> AsyncIterator[ClientSession]:
         """One initialised SDK session with the server (streamable HTTP, or HTTP+SSE)."""
+        import httpx2
         from mcp.client.session import ClientSession
         from mcp.client.sse import sse_client
         from mcp.client.streamable_http import streamable_http_client
@@ -163,6 +171,11 @@ class McpClients:
         auth: httpx2.Auth | None = None,
     ) -> httpx2.AsyncClient:
         """An HTTP client for one session: its headers, every connection guarded."""
+        import httpcore2
+        import httpx2
+
+        from streamer.mcp.guard import GuardedBackend
+
         transport = httpx2.AsyncHTTPTransport(verify=self._tls, trust_env=False)
         # httpx2's transport takes no network backend: its pool is made again with the guard
         transport._pool = httpcore2.AsyncConnectionPool(
@@ -178,6 +191,7 @@ class McpClients:
 
     def _why(self, exc: BaseException) -> str:
         """What went wrong, in words that carry no header and no URL path."""
+        import httpx2
         from mcp.shared.exceptions import MCPError
 
         exc = _leaf(exc)
@@ -203,6 +217,8 @@ def _leaf(exc: BaseException) -> BaseException:
 
 
 def _status(exc: BaseException) -> int:
+    import httpx2
+
     exc = _leaf(exc)
     if isinstance(exc, httpx2.HTTPStatusError):
         return exc.response.status_code

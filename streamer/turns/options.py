@@ -20,6 +20,7 @@ from functools import partial
 from typing import Any
 
 from streamer.config import PROFILE_SETTINGS, SETTINGS, Setting, Settings
+from streamer.core.mcp_hosts import HostRule
 from streamer.core.mcp_loop import McpLimits
 from streamer.core.model_catalog import output_limits
 from streamer.core.model_metadata import load_model_catalog
@@ -27,7 +28,6 @@ from streamer.core.models_config import TOOL_NAME_STYLES, ModelSpec
 from streamer.core.sealing import EPHEMERAL_KEY, Sealer, load_sealer
 from streamer.core.tools import NamingConfig
 from streamer.mcp.client import McpSettings
-from streamer.mcp.guard import HostRule
 from streamer.turns.history_reuse import HistoryCache
 from streamer.turns.turn import TurnOptions
 from streamer.upstream.chat.profiles import PROFILES, BackendProfile, lowering_options, resolve
