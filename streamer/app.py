@@ -18,6 +18,7 @@ from streamer import fd_budget, logs, tracing
 from streamer.config import NO_RELOAD, Settings
 from streamer.core import speed
 from streamer.core.model_metadata import load_model_catalog
+from streamer.early_signals import catch_early
 from streamer.frontends.api_keys import ApiKeys
 from streamer.frontends.endpoint import Decorations, Endpoint
 from streamer.frontends.fast_http import FAST_ROUTE, FastRoute, same_parser
@@ -30,7 +31,7 @@ from streamer.frontends.middlewares import (
     expect_rules,
     observe_middleware,
 )
-from streamer.stopping import DRAINING, Draining, catch_early, serve_until_signalled
+from streamer.stopping import DRAINING, Draining, serve_until_signalled
 from streamer.turns.gateway import Gateway
 
 if TYPE_CHECKING:

@@ -8,9 +8,9 @@ listener closes and the turns in flight get `--shutdown-grace` seconds (the app'
 on_shutdown drain). SIGINT (Ctrl-C) has no window: someone at a terminal wants it to stop.
 A second signal in the window ends the window; one during the shutdown cuts it short (as
 aiohttp's own handlers do). A SIGTERM that comes while the process is starting
-(`catch_early`: the app, the store, the listener) is kept and acted on once it serves: a
-starting `--workers` worker that a stopping supervisor signals stops cleanly instead of
-dying of the signal. SIGINT while starting interrupts, as ever.
+(`early_signals.catch_early`: the imports, the app, the store, the listener) is kept and
+acted on once it serves: a starting `--workers` worker that a stopping supervisor signals
+stops cleanly instead of dying of the signal. SIGINT while starting interrupts, as ever.
 """
 
 from __future__ import annotations
@@ -22,20 +22,11 @@ import signal
 
 from aiohttp import web
 
+from streamer.early_signals import EARLY
+
 log = logging.getLogger("streamer.stopping")
 
 SIGNALS = (signal.SIGTERM, signal.SIGINT)
-_EARLY: list[signal.Signals] = []  # SIGTERMs received before `Stopping` took them over
-
-
-def _remember(signum: int, frame: object) -> None:
-    _EARLY.append(signal.Signals(signum))
-
-
-def catch_early() -> None:
-    """From now until `Stopping` takes over, SIGTERM is remembered, not the end (its default
-    action) of a process that is still starting."""
-    signal.signal(signal.SIGTERM, _remember)
 
 
 class Draining:
@@ -62,8 +53,8 @@ class Stopping:
         self._signals: asyncio.Queue[signal.Signals] = asyncio.Queue()
         for sig in SIGNALS:
             self._loop.add_signal_handler(sig, self._signals.put_nowait, sig)
-        while _EARLY:  # received while starting: the first is acted on once serving
-            self._signals.put_nowait(_EARLY.pop(0))
+        while EARLY:  # received while starting: the first is acted on once serving
+            self._signals.put_nowait(EARLY.pop(0))
 
     async def first(self) -> signal.Signals:
         return await self._signals.get()

@@ -125,3 +125,29 @@ async def test_sigterm_while_starting_stops_it_cleanly_once_started() -> None:
             proc.kill()
             await proc.wait()
     assert code == 0, (code, await proc.stderr.read())
+
+
+def test_a_worker_signalled_before_it_serves_keeps_the_sigterm_not_dying_of_it() -> None:
+    """A `--workers` worker installs its early SIGTERM handler before it imports the app: one
+    that has imported everything and waits for its seat (a supervisor stopping at once) is
+    not killed by the signal's default action."""
+    import subprocess
+    import time
+
+    code = "import sys; from streamer.worker_entry import main; sys.exit(main())"
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    proc = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE, env=env)
+    try:
+        deadline = time.monotonic() + BOUND
+        syscall = Path(f"/proc/{proc.pid}/syscall")
+        # until it blocks reading its seat on stdin (syscall 0, read, of fd 0): imports done
+        while not syscall.read_text().startswith("0 0x0 "):
+            assert proc.poll() is None and time.monotonic() < deadline
+            time.sleep(0.01)  # polling a real condition of the process
+        proc.send_signal(signal.SIGTERM)
+        assert proc.stdin is not None
+        proc.stdin.close()  # no seat: the worker returns as a supervisor gone away (1)
+        assert proc.wait(BOUND) == 1  # not -SIGTERM
+    finally:
+        proc.kill()
+        proc.wait()
